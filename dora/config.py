@@ -1,0 +1,191 @@
+"""Typed dataclass configs: built from YAML/dicts, overridden by `a.b=value` strings.
+
+Unknown keys, wrong types and out-of-range values raise InputError naming the key.
+Range checks live in each dataclass's `validate()` (called recursively by `build`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+import yaml
+
+from dora.errors import InputError
+
+T = TypeVar("T")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check/convert one value against a type annotation."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except InputError as e:
+                errors.append(str(e))
+        raise InputError(errors[0] if errors else f"{where}: bad value {value!r}")
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value not in allowed:
+            raise InputError(f"{where}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise InputError(f"{where}: expected a list, got {value!r}")
+        (arg,) = get_args(tp)[:1] or (Any,)
+        out = [_coerce(v, arg, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(out) if origin is tuple else out
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise InputError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise InputError(f"{where}: expected a mapping of {_type_name(tp)} fields, got {value!r}")
+        return _build(tp, value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise InputError(f"{where}: expected true/false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise InputError(f"{where}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise InputError(f"{where}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise InputError(f"{where}: expected a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            v = float(value)
+        elif isinstance(value, str):
+            try:
+                v = float(value)
+            except ValueError:
+                raise InputError(f"{where}: expected a number, got {value!r}") from None
+        else:
+            raise InputError(f"{where}: expected a number, got {value!r}")
+        if v != v:
+            raise InputError(f"{where}: NaN is not allowed")
+        return v
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise InputError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def _build(cls: type[T], data: dict, where: str) -> T:
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    for k in data:
+        if k not in names:
+            known = ", ".join(sorted(names))
+            raise InputError(f"{where + '.' if where else ''}{k}: unknown key (known keys: {known})")
+    kwargs = {k: _coerce(v, hints[k], f"{where + '.' if where else ''}{k}") for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def validate_tree(obj: Any, where: str = "") -> None:
+    """Call validate() on a dataclass and, depth first, on its dataclass fields."""
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if dataclasses.is_dataclass(v):
+            validate_tree(v, f"{where}{f.name}.")
+    check = getattr(obj, "validate", None)
+    if check is not None:
+        try:
+            check()
+        except InputError as e:
+            raise InputError(f"{where}{e}") from None
+
+
+def build(cls: type[T], data: dict | None = None) -> T:
+    """Build and validate a config dataclass from a (nested) mapping."""
+    obj = _build(cls, data or {}, "")
+    validate_tree(obj)
+    return obj
+
+
+def load_yaml(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"config file {p}: not found; pass an existing YAML file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"config file {p}{line}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"config file {p}: top level must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'a.b=1' -> (['a', 'b'], 1); the value is parsed as YAML (numbers, bools, lists)."""
+    if "=" not in text:
+        raise InputError(f"--set {text!r}: expected KEY=VALUE, e.g. --set policy.eta=2")
+    key, raw = text.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise InputError(f"--set {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def merge(base: dict, path: list[str], value: Any) -> dict:
+    """Set base[path[0]][path[1]]... = value, creating mappings as needed."""
+    node = base
+    for p in path[:-1]:
+        nxt = node.get(p)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            node[p] = nxt
+        node = nxt
+    node[path[-1]] = value
+    return base
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclass tree -> plain dict (for --json config and YAML dumps)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj

@@ -1,0 +1,159 @@
+"""The event log: one row per event, written by both bodies, read by metrics and plots.
+
+Columns (shared/DESIGN.md) plus three typed ones that make the log self-sufficient for
+metrics: `dur_s` (length of the activity that ends at this row), `busy_s` (device-seconds
+of that activity: a segment's decode-slot share, a trainer step's compute) and `prefill_s`
+(device-seconds of prefill in a segment).
+
+Event names and what their columns mean:
+
+| event       | row at                          | tokens                      | busy_s / prefill_s            |
+|-------------|---------------------------------|-----------------------------|-------------------------------|
+| sample      | group drawn from the dataset    | group size                  |                               |
+| regenerate  | group abandoned, sampled again  | group size                  |                               |
+| dispatch    | segment starts (queued)         | prompt + already generated  |                               |
+| migrate_in  | segment starts after migration  | context carried             |                               |
+| resume      | segment starts after interrupt  | context re-prefilled        |                               |
+| finish      | segment ends: trajectory done   | tokens made in the segment  | decode share / prefill        |
+| abort       | segment ends: discarded         | tokens made in the segment  | decode share / prefill        |
+| migrate_out | segment ends: moved away        | tokens made in the segment  | decode share / prefill        |
+| interrupt   | segment ends: weights swapped   | tokens made in the segment  | decode share / prefill        |
+| lost        | segment ends: instance failed   | tokens made in the segment  | decode share / prefill        |
+| end         | segment cut by the end of run   | tokens made in the segment  | decode share / prefill        |
+| preempt     | KV overflow, re-prefill later   | tokens to re-prefill        |                               |
+| load_start  | instance starts loading version |                             |                               |
+| load_end    | version ready on the instance   |                             | dur_s = load time             |
+| train       | trajectory consumed by trainer  | response tokens             |                               |
+| train_start | trainer step starts             | trained tokens (all)        |                               |
+| train_end   | trainer step compute ends       | trained tokens (all)        | busy_s = compute device-s     |
+| publish     | version available to rollout    |                             | dur_s = publish time          |
+| fail        | instance failed                 |                             |                               |
+| recover     | instance back                   |                             |                               |
+| leftover    | group in flight at end of run   | group size                  |                               |
+| run_end     | end of the measured run         |                             |                               |
+
+Instance is -1 for trainer and dataset rows. Run-level facts (devices, slots, policy) are
+stored in the parquet metadata under `dora.run`.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dora.errors import InputError
+
+COLUMNS = ("t_s", "event", "instance", "trajectory", "prompt_id", "version", "trainer_version",
+           "tokens", "detail", "dur_s", "busy_s", "prefill_s")
+SEGMENT_START = ("dispatch", "migrate_in", "resume")
+SEGMENT_END = ("finish", "abort", "migrate_out", "interrupt", "lost", "end")
+META_KEY = b"dora.run"
+
+
+class EventLog:
+    """Append-only columnar log (typed arrays: cheap at millions of rows)."""
+
+    def __init__(self, run_info: dict | None = None):
+        self.run_info: dict = dict(run_info or {})
+        self.t = array("d")
+        self.ev = array("h")
+        self.inst = array("i")
+        self.traj = array("q")
+        self.pid = array("q")
+        self.ver = array("i")
+        self.tver = array("i")
+        self.tok = array("q")
+        self.dur = array("d")
+        self.busy = array("d")
+        self.pre = array("d")
+        self.detail: dict[int, str] = {}  # row -> detail (sparse)
+        self._codes: dict[str, int] = {}
+        self._names: list[str] = []
+
+    def code(self, name: str) -> int:
+        c = self._codes.get(name)
+        if c is None:
+            c = self._codes[name] = len(self._names)
+            self._names.append(name)
+        return c
+
+    def add(self, t: float, event: str, instance: int = -1, traj: int = -1, prompt_id: int = -1,
+            version: int = -1, trainer_version: int = -1, tokens: int = 0, detail: str = "",
+            dur_s: float = 0.0, busy_s: float = 0.0, prefill_s: float = 0.0) -> None:
+        if detail:
+            self.detail[len(self.t)] = detail
+        self.t.append(t)
+        self.ev.append(self.code(event))
+        self.inst.append(instance)
+        self.traj.append(traj)
+        self.pid.append(prompt_id)
+        self.ver.append(version)
+        self.tver.append(trainer_version)
+        self.tok.append(tokens)
+        self.dur.append(dur_s)
+        self.busy.append(busy_s)
+        self.pre.append(prefill_s)
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def to_frame(self) -> pd.DataFrame:
+        n = len(self.t)
+        names = np.array(self._names + ["?"], dtype=object)
+        ev = np.frombuffer(self.ev, dtype=np.int16) if n else np.zeros(0, np.int16)
+        detail = np.full(n, "", dtype=object)
+        for r, d in self.detail.items():
+            detail[r] = d
+        df = pd.DataFrame({
+            "t_s": np.frombuffer(self.t, dtype=np.float64) if n else np.zeros(0),
+            "event": pd.Categorical(names[ev]) if n else pd.Categorical([]),
+            "instance": np.frombuffer(self.inst, dtype=np.int32) if n else np.zeros(0, np.int32),
+            "trajectory": np.frombuffer(self.traj, dtype=np.int64) if n else np.zeros(0, np.int64),
+            "prompt_id": np.frombuffer(self.pid, dtype=np.int64) if n else np.zeros(0, np.int64),
+            "version": np.frombuffer(self.ver, dtype=np.int32) if n else np.zeros(0, np.int32),
+            "trainer_version": np.frombuffer(self.tver, dtype=np.int32) if n else np.zeros(0, np.int32),
+            "tokens": np.frombuffer(self.tok, dtype=np.int64) if n else np.zeros(0, np.int64),
+            "detail": detail,
+            "dur_s": np.frombuffer(self.dur, dtype=np.float64) if n else np.zeros(0),
+            "busy_s": np.frombuffer(self.busy, dtype=np.float64) if n else np.zeros(0),
+            "prefill_s": np.frombuffer(self.pre, dtype=np.float64) if n else np.zeros(0),
+        })
+        df.attrs["run"] = self.run_info
+        return df
+
+
+def write_events(df: pd.DataFrame, path: str | Path) -> None:
+    """Write an event log parquet (atomically: a temp file renamed into place)."""
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta[META_KEY] = json.dumps(df.attrs.get("run", {}), sort_keys=True, default=str).encode()
+    table = table.replace_schema_metadata(meta)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    tmp.replace(out)
+
+
+def read_events(path: str | Path) -> pd.DataFrame:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"event log {p}: file not found; write one with --events OUT.parquet")
+    try:
+        table = pq.read_table(p)
+    except Exception as e:
+        raise InputError(f"event log {p}: not a readable parquet file ({type(e).__name__})") from None
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    if missing:
+        raise InputError(f"event log {p}: column '{missing[0]}' missing; an event log has {', '.join(COLUMNS)}")
+    df = table.to_pandas()
+    df["event"] = df["event"].astype("category")
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    df.attrs["run"] = json.loads(raw) if raw else {}
+    return df

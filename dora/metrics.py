@@ -1,0 +1,144 @@
+"""Metrics and the C1-C3 checks, computed from an event log alone (shared/DESIGN.md names).
+
+Definitions (a simulated and a real run go through the same code):
+- steady state excludes the first step: e2e rates count trajectories trained at trainer
+  versions >= 1 over the time from the first to the last publication;
+- a trajectory's generating version is the version of its first token; its staleness is
+  trainer version at consumption minus that; C1 counts trained trajectories whose segments
+  with tokens carry more than one version;
+- useful device-seconds: decode-slot shares and first prompt prefill of trajectories that
+  end up trained, plus trainer step compute; everything else (idle, empty slots, weight
+  loads, re-prefill, work on discarded trajectories) is bubble;
+- waste: tokens of trajectories that are neither trained nor live at the end (aborted, lost,
+  or discarded with their group) plus every re-prefilled token, over all generated tokens.
+  Work still live when the run ends (`leftover` rows) is neither trained nor waste;
+- C2: a sampled group is lost if it is neither trained nor still viable at the end (in
+  flight, or finished within η versions of the final one); duplicated if trained in more
+  than one step or with more trajectories than its size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dora.eventlog import SEGMENT_END
+
+METRIC_NAMES = (
+    "e2e_samples_per_s", "e2e_tokens_per_s", "rollout_tokens_per_s", "step_time_mean_s", "step_time_p99_s",
+    "bubble_ratio", "rollout_bubble_ratio", "trainer_bubble_ratio", "waste_ratio", "staleness_mean",
+    "staleness_max", "c1_violations", "c2_lost", "c2_duplicated", "c3_violations", "migrations",
+    "reprefill_tokens", "weight_loads", "trained_samples", "steps",
+)
+
+
+def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
+    """All DESIGN.md metrics from one run's event log. `run` defaults to df.attrs['run']."""
+    run = run if run is not None else df.attrs.get("run", {})
+    eta = run.get("eta")
+    ev = df["event"].astype(str).to_numpy()
+    t = df["t_s"].to_numpy()
+
+    pub = np.sort(t[ev == "publish"])
+    steps = int(len(pub))
+    end_rows = t[ev == "run_end"]
+    t_end = float(end_rows.max()) if len(end_rows) else (float(pub[-1]) if steps else float(t.max(initial=0.0)))
+    gaps = np.diff(pub) if steps >= 2 else (pub if steps else np.zeros(0))
+
+    tr = df[ev == "train"]
+    tr_traj = tr["trajectory"].to_numpy()
+    tr_ver = tr["trainer_version"].to_numpy()
+    tr_tok = tr["tokens"].to_numpy()
+
+    seg = df[np.isin(ev, SEGMENT_END)]
+    seg_traj = seg["trajectory"].to_numpy()
+    seg_tok = seg["tokens"].to_numpy()
+    seg_ver = seg["version"].to_numpy()
+    trained_mask = np.isin(seg_traj, tr_traj)
+
+    # generating version and C1 from segments that produced tokens
+    made = seg[(seg_tok > 0) & trained_mask]
+    by = made.groupby("trajectory")["version"]
+    vmin = by.min()
+    nver = by.nunique()
+    gen_ver = vmin.reindex(tr_traj).to_numpy()
+    if np.isnan(gen_ver.astype(float)).any():
+        gen_ver = np.where(np.isnan(gen_ver.astype(float)), tr["version"].to_numpy(), gen_ver)
+    stale = tr_ver - gen_ver.astype(np.int64)
+    c1 = int((nver > 1).sum())
+
+    # steady-state throughput
+    if steps >= 2:
+        win = pub[-1] - pub[0]
+        sel = tr_ver >= 1
+        e2e_samples = float(sel.sum() / win) if win > 0 else 0.0
+        e2e_tokens = float(tr_tok[sel].sum() / win) if win > 0 else 0.0
+    else:
+        e2e_samples = float(len(tr_traj) / t_end) if t_end > 0 else 0.0
+        e2e_tokens = float(tr_tok.sum() / t_end) if t_end > 0 else 0.0
+
+    generated = float(seg_tok.sum())
+    # waste: tokens of trajectories neither trained nor still live at the end, and re-prefill
+    lo = df[ev == "leftover"]
+    live_end = lo["trajectory"].to_numpy()
+    waste_tok = float(seg_tok[~trained_mask & ~np.isin(seg_traj, live_end)].sum())
+    reprefill = int(df["tokens"].to_numpy()[(ev == "preempt") | (ev == "resume")].sum()
+                    + df["tokens"].to_numpy()[(ev == "migrate_in")
+                                              & df["detail"].astype(str).str.endswith("reprefill").to_numpy()].sum())
+    waste_ratio = (waste_tok + reprefill) / generated if generated > 0 else 0.0
+
+    # bubbles
+    rollout_devices = int(run.get("rollout_devices", 0))
+    trainer_devices = int(run.get("trainer_devices", 0))
+    colocated = bool(run.get("colocated", False))
+    useful_roll = float(seg["busy_s"].to_numpy()[trained_mask].sum() + seg["prefill_s"].to_numpy()[trained_mask].sum())
+    te = df[ev == "train_end"]
+    useful_train = float(te["busy_s"].sum())
+    train_time = float(te["dur_s"].sum())
+    if colocated:
+        total = rollout_devices * t_end
+        roll_cap = rollout_devices * max(t_end - train_time, 1e-12)
+        train_cap = rollout_devices * max(train_time, 1e-12)
+    else:
+        total = (rollout_devices + trainer_devices) * t_end
+        roll_cap = rollout_devices * t_end
+        train_cap = trainer_devices * t_end
+    bubble = 1.0 - (useful_roll + useful_train) / total if total > 0 else 0.0
+    roll_bubble = 1.0 - useful_roll / roll_cap if roll_cap > 0 else 0.0
+    train_bubble = 1.0 - useful_train / train_cap if train_cap > 0 else 0.0
+
+    # C2
+    size = int(run.get("group_size", 0)) or None
+    sampled = set(df["prompt_id"].to_numpy()[ev == "sample"].tolist())
+    per_group = tr.groupby("prompt_id").agg(n=("trajectory", "size"), steps=("trainer_version", "nunique"))
+    dup = per_group[(per_group["steps"] > 1) | ((per_group["n"] > size) if size else False)]
+    trained_groups = set(per_group.index.tolist())
+    waiting = lo["detail"].astype(str).to_numpy() == "complete"
+    too_old = (steps - lo["version"].to_numpy() > eta) if eta is not None else np.zeros(len(lo), bool)
+    leftover = set(lo["prompt_id"].to_numpy()[~(waiting & too_old)].tolist())
+    lost = len(sampled - trained_groups - leftover)
+
+    c3 = int((stale > eta).sum()) if eta is not None else 0
+    return {
+        "e2e_samples_per_s": e2e_samples,
+        "e2e_tokens_per_s": e2e_tokens,
+        "rollout_tokens_per_s": generated / t_end if t_end > 0 else 0.0,
+        "step_time_mean_s": float(gaps.mean()) if len(gaps) else 0.0,
+        "step_time_p99_s": float(np.percentile(gaps, 99)) if len(gaps) else 0.0,
+        "bubble_ratio": float(bubble),
+        "rollout_bubble_ratio": float(roll_bubble),
+        "trainer_bubble_ratio": float(train_bubble),
+        "waste_ratio": float(waste_ratio),
+        "staleness_mean": float(stale.mean()) if len(stale) else 0.0,
+        "staleness_max": int(stale.max()) if len(stale) else 0,
+        "c1_violations": c1,
+        "c2_lost": int(lost),
+        "c2_duplicated": int(len(dup)),
+        "c3_violations": c3,
+        "migrations": int((ev == "migrate_out").sum()),
+        "reprefill_tokens": reprefill,
+        "weight_loads": int((ev == "load_end").sum()),
+        "trained_samples": int(len(tr_traj)),
+        "steps": steps,
+        "sim_time_s": t_end,
+    }

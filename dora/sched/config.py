@@ -1,0 +1,80 @@
+"""Policy configuration: shared knobs (η, B, G) and one typed section per policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dora.errors import InputError
+
+
+@dataclass
+class SyncConfig:
+    colocated: bool = True  # verl hybrid engine: rollout and training time-share all devices
+
+
+@dataclass
+class PartialConfig:
+    """AReaL: admission control + interrupt-on-new-version."""
+
+    max_concurrent_groups: int = 0  # AReaL max_concurrent_rollouts, in groups; 0 = decode slots / G
+
+    def validate(self) -> None:
+        if self.max_concurrent_groups < 0:
+            raise InputError(f"max_concurrent_groups: must be >= 0, got {self.max_concurrent_groups}")
+
+
+@dataclass
+class LaminarConfig:
+    """Laminar: pull-when-drained weight refresh through relays, and repack of long tails."""
+
+    repack: bool = True
+    repack_occupancy: float = 0.25  # an instance below this share of its slots is under-occupied
+    repack_interval_s: float = 5.0  # how often the rollout manager checks for repack
+    repack_kv: bool = False  # repacked trajectories carry their KV (False: destination re-prefills)
+
+    def validate(self) -> None:
+        if not 0 < self.repack_occupancy <= 1:
+            raise InputError(f"repack_occupancy: must be in (0, 1], got {self.repack_occupancy}")
+        if self.repack_interval_s <= 0:
+            raise InputError(f"repack_interval_s: must be > 0, got {self.repack_interval_s}")
+
+
+@dataclass
+class DoraConfig:
+    """DORA: multi-version streaming, repartition with KV migration, supplementation."""
+
+    repartition_load: float = 0.5  # switch an old-version instance when its load < this share of slots
+    migrate_kv: bool = True  # ship KV with migrated trajectories (no re-prefill)
+    supplement: bool = True  # staleness-aware over-provisioning on the newest version
+    supplement_max_share: float = 0.25  # at most this share of B extra groups in flight
+    predictor: Literal["history", "none"] = "history"  # completion-time prediction for dispatch
+    versions_per_instance: int = 1
+    elastic_trainer: bool = False  # trainer devices generate while the trainer waits for data
+
+    def validate(self) -> None:
+        if not 0 <= self.repartition_load <= 1:
+            raise InputError(f"repartition_load: must be in [0, 1], got {self.repartition_load}")
+        if not 0 <= self.supplement_max_share <= 4:
+            raise InputError(f"supplement_max_share: must be in [0, 4], got {self.supplement_max_share}")
+        if self.versions_per_instance < 1:
+            raise InputError(f"versions_per_instance: must be >= 1, got {self.versions_per_instance}")
+
+
+@dataclass
+class PolicyConfig:
+    eta: int = 4  # staleness bound η: trained at trainer version i only if i - v <= η
+    batch_size: int = 128  # B: prompt groups per training step
+    group_size: int = 0  # G: samples per prompt; 0 = the trace's
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    partial: PartialConfig = field(default_factory=PartialConfig)
+    laminar: LaminarConfig = field(default_factory=LaminarConfig)
+    dora: DoraConfig = field(default_factory=DoraConfig)
+
+    def validate(self) -> None:
+        if self.eta < 0:
+            raise InputError(f"eta: must be >= 0 (staleness bound in versions), got {self.eta}")
+        if self.batch_size < 1:
+            raise InputError(f"batch_size: must be >= 1 prompt group, got {self.batch_size}")
+        if self.group_size < 0:
+            raise InputError(f"group_size: must be >= 1 (or 0 for the trace's), got {self.group_size}")

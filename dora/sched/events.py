@@ -1,0 +1,99 @@
+"""Events: what a body (simulator or executor) tells the scheduler.
+
+Every event is a small frozen record. A body calls `Policy.handle(event, now)` once per
+event, in time order; `now` is the body's clock in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """One rollout instance as the scheduler sees it."""
+
+    id: int
+    max_seqs: int  # decode slots (max concurrent sequences)
+    kv_tokens: int  # KV-cache capacity in tokens
+    devices: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStarted:
+    """First event of a run: the cluster's shape and the initial policy version."""
+
+    instances: tuple[InstanceSpec, ...]
+    trainer_devices: int
+    version: int = 0  # weights loaded everywhere at t=0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    prompt_id: int
+    group_size: int
+    prompt_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsSampled:
+    """Answer to SampleGroups: fresh prompt groups from the dataset, in order."""
+
+    groups: tuple[GroupSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TrajectoryFinished:
+    """A trajectory produced its last token. `tokens` is its whole response length."""
+
+    traj: int
+    instance: int
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrajectoryLost:
+    """A trajectory stopped without finishing (instance failure). Its tokens are lost."""
+
+    traj: int
+    instance: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationDone:
+    """A migrated trajectory arrived at `dst` and is queued there."""
+
+    traj: int
+    src: int
+    dst: int
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsLoaded:
+    instance: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class VersionPublished:
+    """The trainer finished a step and published `version`; the trainer is idle again."""
+
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceFailed:
+    instance: int
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecovered:
+    instance: int
+    version: int  # weights it came back with
+
+
+Event = (
+    ClusterStarted | GroupsSampled | TrajectoryFinished | TrajectoryLost | MigrationDone
+    | WeightsLoaded | VersionPublished | InstanceFailed | InstanceRecovered
+)

@@ -1,0 +1,205 @@
+"""`dora`: DORA multi-version streaming rollout with a central orchestrator.
+
+Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
+- Several versions are served at once. New groups always start on the newest version;
+  trajectories stream to the trainer as their groups complete; a group never changes
+  version (C1 holds).
+- Repartition: when a version is published the orchestrator moves instances to it, least
+  old-version load first (predicted remaining tokens). An instance whose old-version load
+  is at most `repartition_load` of its slots has its trajectories migrated, KV cache and
+  all (no re-prefill), onto the busiest same-version peers that have room; then it loads
+  the new version. Old-version tails thus pack onto few instances and run to completion.
+  With versions_per_instance > 1 an instance instead loads the new version next to the old
+  one and serves both until the old tails finish.
+- Staleness: when a trainer step starts at version i, a group of version v still in flight
+  with i - v >= η could only be trained beyond η: it is aborted and regenerated on the
+  newest version (the event is logged; C2 holds). Batches take the oldest version first.
+- Staleness-aware supplementation: at each publication the orchestrator predicts how many
+  in-flight groups will complete within the next step; if the buffer plus those falls short
+  of B, extra groups (up to `supplement_max_share`·B) are admitted on the newest version.
+- Dispatch and balancing use predicted completion: lengths come from finished group-mates
+  or the running length distribution (LengthPredictor); a group's samples go to the
+  newest-version instances whose predicted backlog per free slot is smallest.
+- Elastic trainer devices (knob): while the trainer waits for data, its devices run
+  rollout instances of the newest version; when a step starts their trajectories migrate
+  (KV) to regular instances or are regenerated.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from dora.sched.predictor import LengthPredictor
+from dora.sched.state import G_COMPLETE, G_RUNNING, QUEUED_OR_RUNNING, GroupView, InstView
+from dora.sched.streaming import StreamingPolicy, spread
+
+
+class DoraPolicy(StreamingPolicy):
+    name = "dora"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        dc = cfg.dora
+        self.dc = dc
+        self.vpi = dc.versions_per_instance
+        self.pred = LengthPredictor() if dc.predictor == "history" else None
+        self.extra = 0  # supplementation headroom for the current step
+        self._last_step_s = 0.0
+        self._last_pub = 0.0
+
+    # ---- serving and placement --------------------------------------------------------------------
+    def on_start(self) -> None:
+        self.admit()
+
+    def serving(self) -> list[InstView]:
+        latest = self.view.latest_version
+        return [i for i in self.view.instances.values() if i.alive and i.loading < 0 and latest in i.versions]
+
+    def work_left(self, inst: InstView) -> float:
+        """Predicted tokens left on an instance: predicted lengths minus estimated progress."""
+        if self.pred is None:
+            return float(inst.load)
+        n = len(inst.active)
+        if n == 0:
+            return 0.0
+        rate = self.pred.rate.get(inst.id, self.pred.global_rate)
+        return max(inst.pred_sum - rate * (n * self.now - inst.start_sum), float(n))
+
+    def predict_group(self, g: GroupView) -> float:
+        return self.pred.predict_total(g.prompt_id, 0.0) if self.pred is not None else 0.0
+
+    def place(self, g: GroupView, insts: list[InstView]) -> list[InstView] | None:
+        if self.pred is None:
+            return spread(g.size, insts)
+        cand = [i for i in insts if i.free_slots() > 0]
+        if sum(i.free_slots() for i in cand) < g.size:
+            return None
+        # predicted work per slot after adding one more trajectory of this group
+        est = self.pred.predict_total(g.prompt_id, 0.0)
+        heap = []
+        for i in cand:
+            heap.append(((self.work_left(i) + est) / i.max_seqs, i.id, i, i.free_slots()))
+        heapq.heapify(heap)
+        picks: list[InstView] = []
+        while len(picks) < g.size:
+            key, iid, inst, free = heapq.heappop(heap)
+            picks.append(inst)
+            if free > 1:
+                heapq.heappush(heap, (key + est / inst.max_seqs, iid, inst, free - 1))
+        return picks
+
+    def admission_cap(self) -> int:
+        return super().admission_cap() + self.extra
+
+    # ---- repartition ------------------------------------------------------------------------------
+    def old_load(self, inst: InstView) -> float:
+        """Predicted remaining work on an instance that does not hold the newest version."""
+        return self.work_left(inst)
+
+    def repartition(self) -> None:
+        """Move instances to the newest version, least old-version load first."""
+        latest = self.view.latest_version
+        old = [i for i in self.view.instances.values()
+               if i.alive and i.loading < 0 and latest not in i.versions]
+        if not old:
+            return
+        if self.vpi > 1:
+            self._repartition_multi(old, latest)
+            return
+        old.sort(key=lambda i: (self.old_load(i), i.id))
+        switching: set[int] = set()
+        for inst in old:
+            if not inst.active:
+                switching.add(inst.id)
+                self.load(inst, latest)
+                continue
+            if inst.load > self.dc.repartition_load * inst.max_seqs:
+                continue
+            ver = next(iter(inst.versions))
+            peers = sorted((i for i in old if i.id != inst.id and i.id not in switching
+                            and ver in i.versions and i.free_slots() > 0), key=lambda i: (-i.load, i.id))
+            if sum(p.free_slots() for p in peers) < inst.load:
+                continue
+            for tid in list(inst.active):
+                dst = next(p for p in peers if p.free_slots() > 0)
+                self.migrate(tid, dst, kv=self.dc.migrate_kv)
+            switching.add(inst.id)
+            self.load(inst, latest)
+
+    def _repartition_multi(self, old: list[InstView], latest: int) -> None:
+        """versions_per_instance > 1: load the newest next to the old; evict versions with no work."""
+        for inst in sorted(old, key=lambda i: (self.old_load(i), i.id)):
+            live = {t.version for t in inst.active.values()}
+            if not live:
+                self.load(inst, latest)
+            elif len(inst.versions) < self.vpi:
+                self.load(inst, latest, mode="add")
+            else:
+                idle = sorted(v for v in inst.versions if v not in live)
+                if idle:
+                    self.load(inst, latest, mode="add", evict=idle[0])
+
+    # ---- events -----------------------------------------------------------------------------------
+    def on_published(self, version: int) -> None:
+        self._last_step_s = self.now - self._last_pub
+        self._last_pub = self.now
+        self.repartition()
+        self._plan_supplement()
+        self.admit()
+
+    def after_finish(self, traj: int, inst: InstView, group_done: GroupView | None) -> None:
+        if self.pred is not None:
+            t = self.view.trajs[traj]
+            self.pred.observe(t.prompt_id, t.tokens, inst.id, self.now - t.t_start)
+            if group_done is not None:
+                self.pred.forget(group_done.prompt_id)
+        latest = self.view.latest_version
+        if inst.alive and inst.loading < 0 and latest not in inst.versions:
+            self.repartition()
+
+    def on_loaded(self, inst: InstView, version: int) -> None:
+        self.admit()
+
+    def ready_batch(self) -> list[GroupView] | None:
+        if len(self.view.buffer) < self.B:
+            return None
+        return self.stalest_first(self.B)
+
+    def train_batch(self, batch: list[GroupView]) -> None:
+        super().train_batch(batch)
+        i = self.view.trainer_version
+        stale = [g for g in self.inflight.values() if g.state == G_RUNNING and i - g.version >= self.eta]
+        stale += [g for g in self.view.buffer.values() if g.state == G_COMPLETE and i - g.version >= self.eta]
+        for g in stale:
+            self.regenerate(g, "stale")
+        if stale:
+            self.admit()
+
+    def on_regenerate(self, g: GroupView) -> None:
+        if self.pred is not None:
+            self.pred.forget(g.prompt_id)
+        super().on_regenerate(g)
+
+    # ---- supplementation --------------------------------------------------------------------------
+    def _plan_supplement(self) -> None:
+        """Extra admission headroom when the next batch is predicted to fill late."""
+        self.extra = 0
+        if not self.dc.supplement or self.pred is None or self._last_step_s <= 0:
+            return
+        horizon = self._last_step_s
+        p, now = self.pred, self.now
+        soon = 0
+        for g in self.inflight.values():
+            done = True
+            for tid in g.trajs:
+                t = self.view.trajs[tid]
+                if t.state != QUEUED_OR_RUNNING:
+                    continue
+                rate = p.rate.get(t.instance, p.global_rate) or 1.0
+                if p.predict_remaining(g.prompt_id, t.instance, now - t.t_start) / rate > horizon:
+                    done = False
+                    break
+            soon += done
+        short = self.B - len(self.view.buffer) - soon
+        if short > 0:
+            self.extra = min(short, int(self.dc.supplement_max_share * self.B))

@@ -1,0 +1,75 @@
+"""`one_step`: verl one-step off-policy (StreamRL-style overlap). Staleness exactly 1.
+
+Mechanism (verl `experimental/one_step_off_policy`): rollout and trainer on separate devices.
+Step k: wait for batch k; sync the trainer's current weights to every instance; start
+generating batch k+1 with them; train on batch k at the same time. So batch k+1 is made by
+the weights from before step k's update, and generation never overlaps a weight sync.
+"""
+
+from __future__ import annotations
+
+from dora.sched.policies.sync import contiguous_chunks
+from dora.sched.policy import Policy
+from dora.sched.state import GroupView, InstView
+
+
+class OneStepPolicy(Policy):
+    name = "one_step"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self._gen: list[GroupView] = []  # batch being generated
+        self._ready: list[GroupView] | None = None  # generated, waiting for the trainer
+        self._waiting_loads = 0
+        self._rollout_version = 0
+
+    def on_start(self) -> None:
+        self.sample(self.B)
+
+    def on_groups(self, groups: list[GroupView], reason: str) -> None:
+        self._gen = groups
+        insts = sorted(self.view.alive(), key=lambda i: i.id)
+        where = contiguous_chunks(sum(g.size for g in groups), insts)
+        k = 0
+        for g in groups:
+            self.start_group(g, self._rollout_version, where[k:k + g.size])
+            k += g.size
+
+    def ready_batch(self):
+        return None  # training is started explicitly in _advance, never by buffer size
+
+    def on_finished(self, traj: int, inst: InstView, group_done: GroupView | None) -> None:
+        if group_done is not None and all(g.prompt_id in self.view.buffer for g in self._gen):
+            self._ready, self._gen = self._gen, []
+            self._advance()
+
+    def on_published(self, version: int) -> None:
+        self._advance()
+
+    def _advance(self) -> None:
+        """Batch k generated and trainer idle: sync weights, then start gen k+1 and train k."""
+        if self._ready is None or self.view.trainer_busy or self._waiting_loads:
+            return
+        latest = self.view.latest_version
+        if latest != self._rollout_version:
+            insts = self.view.alive()
+            self._waiting_loads = len(insts)
+            for inst in insts:
+                self.load(inst, latest)
+            return
+        self._start_step()
+
+    def on_loaded(self, inst: InstView, version: int) -> None:
+        self._waiting_loads -= 1
+        if self._waiting_loads == 0:
+            self._rollout_version = version
+            self._start_step()
+
+    def _start_step(self) -> None:
+        batch, self._ready = self._ready, None
+        self.sample(self.B)  # batch k+1 (dispatched on GroupsSampled)
+        self.train_batch(batch)
+
+    def on_regenerate(self, g: GroupView) -> None:
+        insts = sorted(self.view.alive(), key=lambda i: (i.load, i.id))
+        self.start_group(g, self._rollout_version, [insts[i % len(insts)] for i in range(g.size)])

@@ -1,0 +1,239 @@
+"""Policy base class: turns events into actions over a shared ClusterView.
+
+A policy owns no clock and no threads: `handle(event, now)` updates the view, calls the
+policy's hooks, and returns the actions the hooks emitted, in order. The same object fed
+the same events makes the same decisions in the simulator and the executor.
+"""
+
+from __future__ import annotations
+
+from dora.sched import actions as A
+from dora.sched import events as E
+from dora.sched.config import PolicyConfig
+from dora.sched.state import (
+    G_COMPLETE,
+    G_RUNNING,
+    G_TRAINED,
+    G_TRAINING,
+    MIGRATING,
+    QUEUED_OR_RUNNING,
+    ClusterView,
+    GroupView,
+    InstView,
+)
+
+
+class Policy:
+    """Subclasses set `name` and override the `on_*` hooks they need."""
+
+    name = "base"
+    #: "disaggregated" (separate trainer devices) or "colocated" (time-share all devices)
+    placement = "disaggregated"
+
+    def __init__(self, cfg: PolicyConfig):
+        self.cfg = cfg
+        self.B = cfg.batch_size
+        self.G = cfg.group_size
+        self.eta = cfg.eta
+        self.view = ClusterView()
+        self._out: list[A.Action] = []
+        self._training: list[GroupView] = []
+        self.now = 0.0
+        self._handlers = {
+            E.ClusterStarted: self._cluster_started,
+            E.GroupsSampled: self._groups_sampled,
+            E.TrajectoryFinished: self._traj_finished,
+            E.TrajectoryLost: self._traj_lost,
+            E.MigrationDone: self._migration_done,
+            E.WeightsLoaded: self._weights_loaded,
+            E.VersionPublished: self._version_published,
+            E.InstanceFailed: self._instance_failed,
+            E.InstanceRecovered: self._instance_recovered,
+        }
+
+    # ---- entry point ---------------------------------------------------------------------------
+    def handle(self, event: E.Event, now: float) -> list[A.Action]:
+        self.now = now
+        self._out = []
+        self._handlers[type(event)](event)
+        return self._out
+
+    def config_dict(self) -> dict:
+        """Effective policy knobs (for --json config)."""
+        from dora.config import to_dict
+
+        section = getattr(self.cfg, self.name, None)
+        out = {"eta": self.eta, "batch_size": self.B, "group_size": self.G, "placement": self.placement}
+        if section is not None:
+            out.update(to_dict(section))
+        return out
+
+    # ---- hooks (override) ----------------------------------------------------------------------
+    def on_start(self) -> None: ...
+    def on_groups(self, groups: list[GroupView], reason: str) -> None: ...
+    def on_finished(self, traj: int, inst: InstView, group_done: GroupView | None) -> None: ...
+    def on_loaded(self, inst: InstView, version: int) -> None: ...
+    def on_published(self, version: int) -> None: ...
+    def on_migrated(self, traj: int, src: int, dst: int) -> None: ...
+
+    def on_lost(self, traj: int, inst: int) -> None:
+        """Default: the group is abandoned and regenerated on the newest version."""
+        t = self.view.trajs[traj]
+        g = self.view.groups[t.prompt_id]
+        if g.state == G_RUNNING and traj in g.trajs:
+            self.regenerate(g, "lost")
+
+    def on_instance_failed(self, inst: InstView) -> None: ...
+    def on_instance_recovered(self, inst: InstView) -> None: ...
+
+    def ready_batch(self) -> list[GroupView] | None:
+        """Groups for the next trainer step, or None to wait. Default: first B complete (FIFO)."""
+        if len(self.view.buffer) < self.B:
+            return None
+        it = iter(self.view.buffer.values())
+        return [next(it) for _ in range(self.B)]
+
+    # ---- actions -------------------------------------------------------------------------------
+    def sample(self, count: int, reason: str = "batch") -> None:
+        if count > 0:
+            self._pending_reason = reason
+            self._out.append(A.SampleGroups(count, reason))
+
+    def dispatch(self, g: GroupView, sample_idx: int, inst: InstView, version: int, pred: float = 0.0) -> int:
+        t = self.view.new_traj(g, sample_idx, version, inst.id, self.now, pred)
+        self._out.append(A.Dispatch(t.id, g.prompt_id, sample_idx, inst.id, version))
+        return t.id
+
+    def start_group(self, g: GroupView, version: int, instances: list[InstView], pred: float = 0.0) -> None:
+        """Dispatch all G samples of a group under one version; instances[i] runs sample i."""
+        g.version = version
+        for i in range(g.size):
+            self.dispatch(g, i, instances[i], version, pred)
+
+    def migrate(self, traj: int, dst: InstView, kv: bool = True) -> None:
+        self.view.move_traj(traj)
+        self._out.append(A.Migrate(traj, dst.id, kv))
+
+    def abort(self, traj: int, reason: str) -> None:
+        self.view.drop_traj(traj)
+        self._out.append(A.Abort(traj, reason))
+
+    def regenerate(self, g: GroupView, reason: str) -> None:
+        """Abandon the group's current attempt (C2: it will be trained exactly once, later)."""
+        live = self.view.abandon_group(g)
+        for tid in live:
+            self._out.append(A.Abort(tid, reason))
+        self._out.append(A.RegenerateGroup(g.prompt_id, reason))
+        self.on_regenerate(g)
+
+    def on_regenerate(self, g: GroupView) -> None:
+        """Re-dispatch an abandoned group; policies that regenerate override this."""
+        raise RuntimeError(f"policy {self.name} abandoned group {g.prompt_id} but cannot regenerate it")
+
+    def load(self, inst: InstView, version: int, mode: str = "drain", evict: int = -1) -> None:
+        inst.loading = version
+        inst.load_mode = mode
+        inst.evict = evict
+        self._out.append(A.LoadVersion(inst.id, version, mode, evict))
+
+    def maybe_train(self) -> None:
+        if self.view.trainer_busy:
+            return
+        batch = self.ready_batch()
+        if batch:
+            self.train_batch(batch)
+
+    def train_batch(self, batch: list[GroupView]) -> None:
+        """Hand complete groups to the trainer."""
+        v = self.view
+        assert not v.trainer_busy, "policy bug: Train while the trainer is busy"
+        trajs: list[int] = []
+        for g in batch:
+            assert g.state == G_COMPLETE, f"group {g.prompt_id} not complete"
+            del v.buffer[g.prompt_id]
+            g.state = G_TRAINING
+            trajs.extend(v.group_trajs(g))
+        v.trainer_busy = True
+        self._training = batch
+        self._out.append(A.Train(tuple(g.prompt_id for g in batch), tuple(trajs)))
+
+    # ---- common bookkeeping ------------------------------------------------------------------
+    def _cluster_started(self, ev: E.ClusterStarted) -> None:
+        v = self.view
+        for spec in ev.instances:
+            v.instances[spec.id] = InstView(spec.id, spec.max_seqs, spec.kv_tokens, spec.devices,
+                                            versions={ev.version})
+        v.trainer_devices = ev.trainer_devices
+        v.trainer_version = v.latest_version = ev.version
+        self.on_start()
+
+    def _groups_sampled(self, ev: E.GroupsSampled) -> None:
+        gs = [self.view.add_group(s.prompt_id, s.group_size, s.prompt_len, self.now) for s in ev.groups]
+        if self.G == 0 and gs:
+            self.G = gs[0].size
+        self.on_groups(gs, getattr(self, "_pending_reason", "batch"))
+
+    def _traj_finished(self, ev: E.TrajectoryFinished) -> None:
+        g = self.view.finish_traj(ev.traj, ev.tokens, self.now)
+        self.on_finished(ev.traj, self.view.instances[ev.instance], g)
+        self.maybe_train()
+
+    def _traj_lost(self, ev: E.TrajectoryLost) -> None:
+        t = self.view.trajs[ev.traj]
+        if t.state in (QUEUED_OR_RUNNING, MIGRATING):
+            self.view.drop_traj(ev.traj)
+            self.on_lost(ev.traj, ev.instance)
+
+    def _migration_done(self, ev: E.MigrationDone) -> None:
+        if self.view.trajs[ev.traj].state == MIGRATING:
+            self.view.arrive_traj(ev.traj, ev.dst)
+            self.on_migrated(ev.traj, ev.src, ev.dst)
+
+    def _weights_loaded(self, ev: E.WeightsLoaded) -> None:
+        inst = self.view.instances[ev.instance]
+        inst.loading = -1
+        if inst.load_mode == "add":
+            inst.versions.add(ev.version)
+            inst.versions.discard(inst.evict)
+        else:
+            inst.versions = {ev.version}
+        self.on_loaded(inst, ev.version)
+
+    def _version_published(self, ev: E.VersionPublished) -> None:
+        v = self.view
+        v.trainer_busy = False
+        v.trainer_version = v.latest_version = ev.version
+        for g in self._training:
+            g.state = G_TRAINED
+        self._training = []
+        self.on_published(ev.version)
+        self.maybe_train()
+
+    def _instance_failed(self, ev: E.InstanceFailed) -> None:
+        inst = self.view.instances[ev.instance]
+        inst.alive = False
+        self.on_instance_failed(inst)
+
+    def _instance_recovered(self, ev: E.InstanceRecovered) -> None:
+        inst = self.view.instances[ev.instance]
+        inst.alive = True
+        inst.versions = {ev.version}
+        inst.loading = -1
+        self.on_instance_recovered(inst)
+
+
+def least_loaded(instances: list[InstView], count: int) -> list[InstView]:
+    """`count` picks, each to the instance with the fewest active trajectories (ties: lowest id)."""
+    import heapq
+
+    heap = [(i.load, i.id, i) for i in instances]
+    heapq.heapify(heap)
+    out = []
+    for _ in range(count):
+        load, iid, inst = heapq.heappop(heap)
+        out.append(inst)
+        heapq.heappush(heap, (load + 1, iid, inst))
+    return out
+
+
+__all__ = ["Policy", "least_loaded", "G_COMPLETE", "G_RUNNING", "G_TRAINED", "G_TRAINING"]

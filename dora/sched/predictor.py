@@ -1,0 +1,82 @@
+"""Length and completion-time prediction from the run's own history (no oracle).
+
+- A finished trajectory's length joins a sliding window of recent lengths (the running
+  distribution) and its group's record (finished group-mates: lengths within a group are
+  correlated because they share a prompt).
+- predict_total(prompt_id, generated): with finished mates, their median (never below what
+  is already generated); otherwise the running distribution's mean conditioned on being
+  longer than `generated`, E[L | L > g].
+- Progress is estimated, not observed: tokens ≈ elapsed × the per-sequence decode rate
+  learned from finished trajectories on that instance (tokens / seconds since dispatch).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+
+
+class LengthPredictor:
+    def __init__(self, window: int = 4096, resort_every: int = 128, prior_len: float = 2048.0):
+        self.window = window
+        self.recent: deque[int] = deque(maxlen=window)
+        self._sorted: list[int] = []
+        self._suffix: list[float] = []  # suffix sums of _sorted
+        self._since = 0
+        self.resort_every = resort_every
+        self.prior_len = prior_len
+        self.mates: dict[int, list[int]] = {}
+        self.rate: dict[int, float] = {}  # instance -> tokens per second per sequence (EMA)
+        self.global_rate = 0.0
+
+    def observe(self, prompt_id: int, tokens: int, instance: int, elapsed_s: float) -> None:
+        self.recent.append(tokens)
+        self.mates.setdefault(prompt_id, []).append(tokens)
+        self._since += 1
+        if self._since >= self.resort_every or len(self._sorted) < 64:
+            self._resort()
+        if elapsed_s > 0:
+            r = tokens / elapsed_s
+            old = self.rate.get(instance)
+            self.rate[instance] = r if old is None else 0.8 * old + 0.2 * r
+            self.global_rate = r if self.global_rate == 0 else 0.95 * self.global_rate + 0.05 * r
+
+    def forget(self, prompt_id: int) -> None:
+        self.mates.pop(prompt_id, None)
+
+    def _resort(self) -> None:
+        self._since = 0
+        s = sorted(self.recent)
+        suf = [0.0] * (len(s) + 1)
+        for i in range(len(s) - 1, -1, -1):
+            suf[i] = suf[i + 1] + s[i]
+        self._sorted, self._suffix = s, suf
+
+    def mean_len(self) -> float:
+        return self._suffix[0] / len(self._sorted) if self._sorted else self.prior_len
+
+    def conditional_mean(self, generated: float) -> float:
+        """E[L | L > generated] over the running distribution."""
+        s = self._sorted
+        if not s:
+            return max(self.prior_len, generated * 2.0)
+        i = bisect.bisect_right(s, generated)
+        if i >= len(s):
+            return generated * 1.5 + 1.0
+        return self._suffix[i] / (len(s) - i)
+
+    def predict_total(self, prompt_id: int, generated: float) -> float:
+        m = self.mates.get(prompt_id)
+        if m:
+            srt = sorted(m)
+            med = srt[len(srt) // 2]
+            return max(float(med), generated + 1.0)
+        return self.conditional_mean(generated)
+
+    def progress(self, instance: int, elapsed_s: float) -> float:
+        r = self.rate.get(instance, self.global_rate)
+        return r * elapsed_s if r > 0 else 0.0
+
+    def predict_remaining(self, prompt_id: int, instance: int, elapsed_s: float) -> float:
+        g = self.progress(instance, elapsed_s)
+        return max(self.predict_total(prompt_id, g) - g, 1.0)

@@ -1,0 +1,182 @@
+"""The scheduler's view of the cluster, kept up to date from events and its own actions.
+
+Pure bookkeeping shared by every policy: instances (versions, active trajectories),
+trajectories, prompt groups and the buffer of finished groups waiting for the trainer.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+# trajectory states
+QUEUED_OR_RUNNING, MIGRATING, FINISHED, ABORTED = 0, 1, 2, 3
+# group states
+G_RUNNING, G_COMPLETE, G_TRAINING, G_TRAINED, G_ABANDONED = 0, 1, 2, 3, 4
+
+
+@dataclass(slots=True)
+class TrajView:
+    id: int
+    prompt_id: int
+    sample_idx: int
+    version: int
+    instance: int  # -1 while migrating
+    t_start: float  # time of dispatch (first segment)
+    state: int = QUEUED_OR_RUNNING
+    tokens: int = 0  # response length once finished
+    versions_seen: int = 1  # >1 when generation continued under a newer version (partial)
+    pred: float = 0.0  # predicted response length at dispatch (0 if the policy predicts nothing)
+
+
+@dataclass(slots=True)
+class GroupView:
+    prompt_id: int
+    size: int
+    prompt_len: int
+    version: int = -1
+    t_sampled: float = 0.0
+    trajs: list[int] = field(default_factory=list)
+    finished: int = 0
+    state: int = G_RUNNING
+    attempts: int = 0
+    t_complete: float = 0.0
+
+
+@dataclass(slots=True)
+class InstView:
+    id: int
+    max_seqs: int
+    kv_tokens: int
+    devices: int
+    versions: set[int] = field(default_factory=set)
+    loading: int = -1
+    active: dict[int, TrajView] = field(default_factory=dict)  # queued or running here
+    alive: bool = True
+    elastic: bool = False
+    load_mode: str = "drain"
+    evict: int = -1
+    pred_sum: float = 0.0  # sum of `pred` over active trajectories
+    start_sum: float = 0.0  # sum of `t_start` over active trajectories
+
+    def add(self, t: TrajView) -> None:
+        self.active[t.id] = t
+        self.pred_sum += t.pred
+        self.start_sum += t.t_start
+
+    def remove(self, t: TrajView) -> None:
+        if self.active.pop(t.id, None) is not None:
+            self.pred_sum -= t.pred
+            self.start_sum -= t.t_start
+            if not self.active:
+                self.pred_sum = self.start_sum = 0.0  # no drift from float sums
+
+    @property
+    def load(self) -> int:
+        return len(self.active)
+
+    def free_slots(self) -> int:
+        return self.max_seqs - len(self.active)
+
+    def active_of(self, version: int) -> int:
+        return sum(1 for t in self.active.values() if t.version == version)
+
+
+class ClusterView:
+    """Bookkeeping common to all policies. Policies read it; `Policy` keeps it current."""
+
+    def __init__(self) -> None:
+        self.instances: dict[int, InstView] = {}
+        self.trajs: dict[int, TrajView] = {}
+        self.groups: dict[int, GroupView] = {}
+        self.buffer: OrderedDict[int, GroupView] = OrderedDict()  # complete groups, completion order
+        self.trainer_version = 0
+        self.trainer_busy = False
+        self.trainer_devices = 0
+        self.latest_version = 0  # newest published version
+        self.next_traj = 0
+        self.running_groups = 0  # sampled and not complete (AReaL's "running")
+        self.accepted_groups = 0  # completed (AReaL's "accepted", cumulative)
+
+    # ---- instances ---------------------------------------------------------------------------
+    def total_slots(self) -> int:
+        return sum(i.max_seqs for i in self.instances.values() if i.alive and not i.elastic)
+
+    def alive(self) -> list[InstView]:
+        return [i for i in self.instances.values() if i.alive]
+
+    # ---- trajectories ------------------------------------------------------------------------
+    def new_traj(self, g: GroupView, sample_idx: int, version: int, instance: int, now: float,
+                 pred: float = 0.0) -> TrajView:
+        t = TrajView(self.next_traj, g.prompt_id, sample_idx, version, instance, now, pred=pred)
+        self.next_traj += 1
+        self.trajs[t.id] = t
+        self.instances[instance].add(t)
+        g.trajs.append(t.id)
+        return t
+
+    def finish_traj(self, traj: int, tokens: int, now: float) -> GroupView | None:
+        """Record a finished trajectory; return its group if that completed the group."""
+        t = self.trajs[traj]
+        if t.state == ABORTED:
+            return None  # finished while its abort was on the way: discarded
+        if t.state == QUEUED_OR_RUNNING:
+            self.instances[t.instance].remove(t)
+        t.state = FINISHED  # (a trajectory may also finish before a requested migration starts)
+        t.tokens = tokens
+        g = self.groups[t.prompt_id]
+        if g.state != G_RUNNING or traj not in g.trajs:
+            return None
+        g.finished += 1
+        if g.finished == g.size:
+            g.state = G_COMPLETE
+            g.t_complete = now
+            self.buffer[g.prompt_id] = g
+            self.running_groups -= 1
+            self.accepted_groups += 1
+            return g
+        return None
+
+    def drop_traj(self, traj: int) -> None:
+        """Forget an aborted or lost trajectory (the body discards its tokens)."""
+        t = self.trajs[traj]
+        if t.instance >= 0:
+            self.instances[t.instance].remove(t)
+        t.state = ABORTED
+
+    def move_traj(self, traj: int) -> None:
+        t = self.trajs[traj]
+        self.instances[t.instance].remove(t)
+        t.instance = -1
+        t.state = MIGRATING
+
+    def arrive_traj(self, traj: int, dst: int) -> None:
+        t = self.trajs[traj]
+        t.instance = dst
+        t.state = QUEUED_OR_RUNNING
+        self.instances[dst].add(t)
+
+    # ---- groups ------------------------------------------------------------------------------
+    def add_group(self, prompt_id: int, size: int, prompt_len: int, now: float) -> GroupView:
+        g = GroupView(prompt_id, size, prompt_len, t_sampled=now)
+        self.groups[prompt_id] = g
+        self.running_groups += 1
+        return g
+
+    def abandon_group(self, g: GroupView) -> list[int]:
+        """Abandon the current attempt of a group; return its still-active trajectory ids."""
+        live = [tid for tid in g.trajs if self.trajs[tid].state in (QUEUED_OR_RUNNING, MIGRATING)]
+        for tid in live:
+            self.drop_traj(tid)
+        if g.state == G_COMPLETE:
+            self.buffer.pop(g.prompt_id, None)
+            self.running_groups += 1
+            self.accepted_groups -= 1
+        g.trajs = []
+        g.finished = 0
+        g.state = G_RUNNING
+        g.attempts += 1
+        return live
+
+    def group_trajs(self, g: GroupView) -> list[int]:
+        return [tid for tid in g.trajs if self.trajs[tid].state == FINISHED]

@@ -1,0 +1,338 @@
+"""The simulated cluster: SimPy clock, instances, trainer, dataset; applies the policy's actions.
+
+Events at the same instant are processed in a fixed order (instance boundaries by id, then
+same-instant re-plans, then weight loads, then trainer events), so a run does not depend on
+the order in which SimPy happened to schedule them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import simpy
+
+from dora.eventlog import EventLog
+from dora.sched import actions as A
+from dora.sched import events as E
+from dora.sched.policy import Policy
+from dora.sim.cost import CostModel
+from dora.sim.instance import GONE, RUNNING, WAITING, Instance, Seq
+from dora.sim.trainer import Trainer
+from dora.trace import Trace
+
+_KIND_STRIDE = 1 << 20
+
+
+class _At(simpy.events.Event):
+    """An event that fires a plain callback at an absolute time (no delay arithmetic)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, env: simpy.Environment, fn: Callable[[], None]):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        self.callbacks.append(self._fire)
+        self.fn = fn
+
+    def _fire(self, _ev: simpy.events.Event) -> None:
+        self.fn()
+
+
+class Dataset:
+    """Prompt groups in trace order; past the end it starts another epoch with fresh ids."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.G = trace.group_size
+        self.n = trace.num_groups
+        self.pids = trace.group_prompt_ids()
+        self.span = int(self.pids.max()) + 1
+        self.prompt_len = trace.prompt_len[:: self.G]
+        self.next = 0
+        self.index: dict[int, int] = {}  # prompt_id -> group index in the trace
+
+    def draw(self, count: int) -> list[E.GroupSpec]:
+        out = []
+        for _ in range(count):
+            k = self.next % self.n
+            pid = int(self.pids[k]) + (self.next // self.n) * self.span
+            self.next += 1
+            self.index[pid] = k
+            out.append(E.GroupSpec(pid, self.G, int(self.prompt_len[k])))
+        return out
+
+    def row(self, prompt_id: int, sample_idx: int) -> int:
+        return self.index[prompt_id] * self.G + sample_idx
+
+
+@dataclass
+class ClusterSpec:
+    instances: int
+    devices_per_instance: int
+    max_seqs: int
+    kv_tokens: int
+    trainer_devices: int
+    colocated: bool
+    slowdowns: np.ndarray  # per instance
+
+
+class Cluster:
+    """Runs one policy on one trace until the trainer has published `steps` versions."""
+
+    def __init__(self, trace: Trace, spec: ClusterSpec, cost: CostModel, policy: Policy, steps: int,
+                 reference: bool = False, log: EventLog | None = None,
+                 progress: Callable[[int, float], None] | None = None):
+        self.env = simpy.Environment()
+        self.trace = trace
+        self.spec = spec
+        self.cost = cost
+        self.policy = policy
+        self.steps = steps
+        self.data = Dataset(trace)
+        self.log = log if log is not None else EventLog()
+        self.progress = progress
+        self.seqs: dict[int, Seq] = {}  # live segment of each trajectory
+        self.where: dict[int, int] = {}  # trajectory -> instance (or -1 in transit)
+        # per trajectory id (ids are dense, assigned in dispatch order by the scheduler)
+        self.pid_of = array("q")
+        self.version_of = array("i")  # version of its first token
+        self.plen = array("i")
+        self.rlen = array("i")
+        self.interrupted: dict[int, list[Seq]] = {}  # instance -> seqs waiting for its reload
+        self.migrations = 0
+        self.events = 0
+        self.done = self.env.event()
+        self.instances: list[Instance] = []
+        for i in range(spec.instances):
+            inst = Instance(i, spec.max_seqs, spec.kv_tokens, spec.devices_per_instance, cost,
+                            float(spec.slowdowns[i]), self.log, self._scheduler_for(i), self._on_finish,
+                            self._on_stopped, reference=reference)
+            inst.versions = {0}
+            inst.on_loaded = self._on_loaded
+            self.instances.append(inst)
+        trainer_devices = (spec.instances * spec.devices_per_instance if spec.colocated else spec.trainer_devices)
+        self.trainer = Trainer(trainer_devices, cost, spec.colocated, self.log,
+                               self._scheduler_for(-1), self._on_published)
+
+    # ---- clock -----------------------------------------------------------------------------------
+    def _scheduler_for(self, iid: int) -> Callable[[float, int, Callable[[], None]], None]:
+        env = self.env
+        queue, eid = env._queue, env._eid
+        base = iid if iid >= 0 else _KIND_STRIDE - 1
+
+        def schedule(t: float, kind: int, fn: Callable[[], None]) -> None:
+            if t < env._now:
+                raise RuntimeError(f"scheduling in the past: {t} < {env._now}")
+            heapq.heappush(queue, (t, kind * _KIND_STRIDE + base, next(eid), _At(env, fn)))
+
+        return schedule
+
+    def run(self) -> None:
+        specs = tuple(E.InstanceSpec(i.id, i.max_seqs, i.kv_tokens, i.devices) for i in self.instances)
+        self.deliver(E.ClusterStarted(specs, self.trainer.devices))
+        env = self.env
+        try:
+            env.run(until=self.done)
+        except RuntimeError as e:
+            if "No scheduled events left" in str(e) or "until" in str(e):
+                raise RuntimeError(self._stall_message()) from None
+            raise
+        if not self.done.triggered:
+            raise RuntimeError(self._stall_message())
+        self._finalize()
+
+    def _stall_message(self) -> str:
+        return (f"policy {self.policy.name} stalled at t={self.env.now:.3f}s after {self.trainer.steps_done} of "
+                f"{self.steps} steps: nothing left to simulate")
+
+    # ---- scheduler <-> body -------------------------------------------------------------------
+    def deliver(self, ev: E.Event) -> None:
+        self.events += 1
+        for a in self.policy.handle(ev, self.env.now):
+            self.apply(a)
+
+    def apply(self, a: A.Action) -> None:
+        now = self.env.now
+        t = type(a)
+        if t is A.Dispatch:
+            self._dispatch(a, now)
+        elif t is A.SampleGroups:
+            groups = self.data.draw(a.count)
+            for g in groups:
+                self.log.add(now, "sample", prompt_id=g.prompt_id, tokens=g.group_size, detail=a.reason)
+            self.deliver(E.GroupsSampled(tuple(groups)))
+        elif t is A.Train:
+            self._train(a, now)
+        elif t is A.LoadVersion:
+            self._load(a, now)
+        elif t is A.Migrate:
+            self._migrate(a, now)
+        elif t is A.Abort:
+            self._abort(a, now)
+        elif t is A.RegenerateGroup:
+            self.log.add(now, "regenerate", prompt_id=a.prompt_id, tokens=self.data.G, detail=a.reason)
+        else:
+            raise TypeError(f"unknown action {a!r}")
+
+    def _dispatch(self, a: A.Dispatch, now: float) -> None:
+        inst = self.instances[a.instance]
+        if not inst.alive:
+            raise RuntimeError(f"policy bug: dispatch to failed instance {a.instance}")
+        if a.version not in inst.versions and inst.loading != a.version and (
+                inst.load_req is None or inst.load_req[0] != a.version):
+            raise RuntimeError(f"policy bug: dispatch of version {a.version} to instance {a.instance} "
+                               f"holding {sorted(inst.versions)}")
+        row = self.data.row(a.prompt_id, a.sample_idx)
+        plen = int(self.trace.prompt_len[row])
+        rlen = int(self.trace.response_len[row])
+        s = Seq(a.traj, a.prompt_id, a.version, rlen, plen, plen, now)
+        self.seqs[a.traj] = s
+        self.where[a.traj] = a.instance
+        if a.traj != len(self.pid_of):
+            raise RuntimeError(f"policy bug: trajectory ids must be dense and increasing, got {a.traj}")
+        self.pid_of.append(a.prompt_id)
+        self.version_of.append(a.version)
+        self.plen.append(plen)
+        self.rlen.append(rlen)
+        self.log.add(now, "dispatch", a.instance, a.traj, a.prompt_id, a.version, tokens=plen)
+        inst.submit(s, now)
+
+    def _abort(self, a: A.Abort, now: float) -> None:
+        s = self.seqs.get(a.traj)
+        if s is None:
+            return  # already finished or gone
+        iid = self.where[a.traj]
+        if iid < 0:
+            s.stop = "abort:" + a.reason  # in transit: dropped on arrival
+            return
+        if s.state == GONE:  # interrupted, waiting for its instance's reload
+            self.interrupted[iid].remove(s)
+            self.log.add(now, "abort", iid, s.traj, s.prompt_id, s.version, detail=a.reason)
+            del self.seqs[s.traj]
+            del self.where[s.traj]
+            return
+        self.instances[iid].request_stop(s, "abort:" + a.reason, now)
+
+    def _migrate(self, a: A.Migrate, now: float) -> None:
+        s = self.seqs[a.traj]
+        src = self.where[a.traj]
+        if src < 0 or src == a.dst:
+            raise RuntimeError(f"policy bug: migrate trajectory {a.traj} from {src} to {a.dst}")
+        if s.version not in self.instances[a.dst].versions and self.instances[a.dst].loading != s.version:
+            raise RuntimeError(f"policy bug: migrate version {s.version} to instance {a.dst} "
+                               f"holding {sorted(self.instances[a.dst].versions)}")
+        s.stop = ""
+        self.instances[src].request_stop(s, f"migrate:{a.dst}:{int(a.kv)}", now)
+
+    def _load(self, a: A.LoadVersion, now: float) -> None:
+        inst = self.instances[a.instance]
+        if a.mode == "drain":
+            other = [s for s in list(inst.running.values()) + list(inst.waiting)
+                     if s.version != a.version and not s.stop]
+            if other:
+                raise RuntimeError(f"policy bug: drain-load of version {a.version} on instance {a.instance} "
+                                   f"with {len(other)} trajectories of other versions")
+        load_s = self.cost.colocated_reshard_s if self.spec.colocated else self.cost.weight_load_s
+        inst.request_load(a.version, a.mode, a.evict, load_s, now)
+
+    def _train(self, a: A.Train, now: float) -> None:
+        rows = []
+        for traj in a.trajs:
+            p, r = self.plen[traj], self.rlen[traj]
+            rows.append((traj, self.pid_of[traj], self.version_of[traj], p + r, r))
+        self.trainer.start(now, rows)
+
+    # ---- callbacks from instances and trainer --------------------------------------------------
+    def _end_row(self, s: Seq, inst: Instance, event: str, now: float, detail: str = "") -> None:
+        self.log.add(now, event, inst.id, s.traj, s.prompt_id, s.version, tokens=s.made, detail=detail,
+                     dur_s=now - s.t_start, busy_s=s.busy, prefill_s=s.prefill_s)
+
+    def _on_finish(self, s: Seq, inst: Instance) -> None:
+        now = self.env.now
+        self._end_row(s, inst, "finish", now)
+        del self.seqs[s.traj]
+        self.where.pop(s.traj, None)
+        self.deliver(E.TrajectoryFinished(s.traj, inst.id, self.rlen[s.traj]))
+
+    def _on_stopped(self, s: Seq, inst: Instance) -> None:
+        now = self.env.now
+        why = s.stop
+        if why.startswith("abort"):
+            self._end_row(s, inst, "abort", now, detail=why[6:])
+            del self.seqs[s.traj]
+            self.where.pop(s.traj, None)
+        elif why.startswith("migrate"):
+            _, dst, kv = why.split(":")
+            dst_i, kv = int(dst), kv == "1"
+            self._end_row(s, inst, "migrate_out", now, detail=f"to {dst_i}")
+            self.where[s.traj] = -1
+            self.migrations += 1
+            ctx = s.ctx
+            dt = self.cost.kv_transfer_s(ctx) if kv else 0.0
+            t = now + dt
+            self._scheduler_for(dst_i)(t, 2, lambda: self._arrive(s, inst.id, dst_i, kv, t))
+        elif why == "interrupt":
+            self._end_row(s, inst, "interrupt", now)
+            self.interrupted.setdefault(inst.id, []).append(s)
+        else:
+            raise RuntimeError(f"unknown stop reason {why!r}")
+
+    def _arrive(self, s: Seq, src: int, dst: int, kv: bool, now: float) -> None:
+        if s.stop.startswith("abort"):
+            self.log.add(now, "abort", dst, s.traj, s.prompt_id, s.version, detail=s.stop[6:])
+            del self.seqs[s.traj]
+            self.where.pop(s.traj, None)
+            return
+        n = Seq(s.traj, s.prompt_id, s.version, s.remaining, s.ctx, 0 if kv else s.ctx, now)
+        if not kv:
+            self.instances[dst].reprefill_tokens += s.ctx
+        self.seqs[s.traj] = n
+        self.where[s.traj] = dst
+        self.log.add(now, "migrate_in", dst, s.traj, s.prompt_id, s.version, tokens=s.ctx,
+                     detail=f"from {src} kv" if kv else f"from {src} reprefill")
+        self.instances[dst].submit(n, now)
+        self.deliver(E.MigrationDone(s.traj, src, dst))
+
+    def _on_loaded(self, inst: Instance, version: int, mode: str) -> None:
+        now = self.env.now
+        if mode == "interrupt":
+            # continue every in-flight trajectory under the new version: re-prefill its context
+            for s in self.interrupted.pop(inst.id, []):
+                n = Seq(s.traj, s.prompt_id, version, s.remaining, s.ctx, s.ctx, now)
+                inst.reprefill_tokens += s.ctx
+                self.seqs[s.traj] = n
+                self.log.add(now, "resume", inst.id, s.traj, s.prompt_id, version, tokens=s.ctx)
+                inst.waiting.append(n)
+            for s in inst.waiting:
+                if s.version != version:  # queued, nothing generated yet: just the new version
+                    self._end_row(s, inst, "interrupt", now)
+                    s.version = version
+                    s.t_start = now
+                    self.log.add(now, "resume", inst.id, s.traj, s.prompt_id, version, tokens=s.ctx)
+        self.deliver(E.WeightsLoaded(inst.id, version))
+
+    def _on_published(self, version: int) -> None:
+        if self.progress is not None:
+            self.progress(version, self.env.now)
+        if version >= self.steps:
+            self.done.succeed()
+            return
+        self.deliver(E.VersionPublished(version))
+
+    # ---- end of run ------------------------------------------------------------------------------
+    def _finalize(self) -> None:
+        """Record what is still in flight when the last step is published (not lost, not trained)."""
+        now = self.env.now
+        for inst in self.instances:
+            for s in list(inst.running.values()):
+                made = inst.progress(s, now)
+                s.made = made
+                self._end_row(s, inst, "end", now)
+            for s in inst.waiting:
+                self._end_row(s, inst, "end", now)
+        self.log.add(now, "run_end", trainer_version=self.trainer.version)

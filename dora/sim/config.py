@@ -1,0 +1,60 @@
+"""Simulator configuration: cluster shape, cost model, policy knobs, run length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dora.errors import InputError
+from dora.sched.config import PolicyConfig
+from dora.sim.cost import CostModel
+
+POLICY_NAMES = ("sync", "one_step", "partial", "laminar", "dora")
+
+
+@dataclass
+class ClusterConfig:
+    """Rollout instances (each `devices_per_instance` devices, tensor-parallel) and trainer devices."""
+
+    instances: int = 64
+    devices_per_instance: int = 2
+    max_seqs: int = 64  # decode slots per instance
+    kv_tokens: int = 844_319  # KV-cache capacity per instance, tokens (presets: H800 x2, qwen3-30b-a3b)
+    trainer_devices: int = 64
+
+    def validate(self) -> None:
+        if self.instances < 1:
+            raise InputError(f"instances: must be >= 1 rollout instance, got {self.instances}")
+        if self.devices_per_instance < 1:
+            raise InputError(f"devices_per_instance: must be >= 1, got {self.devices_per_instance}")
+        if self.max_seqs < 1:
+            raise InputError(f"max_seqs: must be >= 1 decode slot, got {self.max_seqs}")
+        if self.kv_tokens < 2:
+            raise InputError(f"kv_tokens: must be >= 2, got {self.kv_tokens}")
+        if self.trainer_devices < 1:
+            raise InputError(f"trainer_devices: must be >= 1, got {self.trainer_devices}")
+
+
+@dataclass
+class SimConfig:
+    trace: str = "traces/moe_longtail.parquet"
+    policies: list[str] = field(default_factory=lambda: list(POLICY_NAMES))
+    steps: int = 20  # trainer steps to simulate (versions published)
+    seed: int = 0  # MoE imbalance draws
+    reference: bool = False  # one event per decode step (slow; for checking the fast engine)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    cost: CostModel = field(default_factory=CostModel)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def validate(self) -> None:
+        if self.steps < 2:
+            raise InputError(f"steps: must be >= 2 (steady-state metrics exclude the first step), got {self.steps}")
+        if not self.policies:
+            raise InputError("policies: name at least one policy")
+        for p in self.policies:
+            if p not in POLICY_NAMES:
+                raise InputError(f"policy {p!r}: unknown; choose from {', '.join(POLICY_NAMES)}")
+        if len(set(self.policies)) != len(self.policies):
+            raise InputError(f"policies: {self.policies} names a policy twice")
+        if "one_step" in self.policies and self.policy.eta < 1:
+            raise InputError("eta: one_step trains every batch one version late, so it needs eta >= 1; "
+                             "pass --eta 1 or more, or leave one_step out")

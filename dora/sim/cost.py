@@ -1,0 +1,77 @@
+"""Cost model: seconds for decode steps, prefill, KV transfer, weight loads, trainer steps.
+
+One decode step of an instance running n sequences with total context Σctx and p tokens of
+prefill (newly admitted sequences, whose first token comes out of the same step) costs
+
+    f * (Σ_v [a + e*(1 - (1 - r)^n_v)] + b*n + c*Σctx + p*prefill_tokens)
+
+summed over the policy versions v among the running sequences (each version is a separate
+forward pass over its own weights; n_v of its sequences). `e` is the time to read all
+routed-expert weights and r = top_k / experts, so 1 - (1 - r)^n is the share of experts a
+batch of n tokens touches (MoE decode reads few experts for a lone long-tail sequence and
+nearly all of them for a full batch); dense models have e = 0
+
+with f the instance's slowdown (MoE expert-parallel imbalance, 1.0 for dense models). For a
+run of k steps with fixed membership the decode part sums in closed form (see `decode_span`).
+Coefficients come from `dora.sim.presets` (a roofline derivation) or a YAML cost file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dora.errors import InputError
+
+
+@dataclass
+class CostModel:
+    """Cost coefficients (seconds). Defaults are `presets.derive('H800', 'qwen3-30b-a3b', tp=2)`,
+    rounded; `--hardware/--model` or `--cost FILE.yaml` replace them."""
+
+    decode_base_s: float = 0.00256  # a: per decode step (non-expert weights + step overhead)
+    decode_expert_s: float = 0.01082  # e: reading every routed expert once (MoE; 0 for dense)
+    expert_touch: float = 0.0625  # r: top_k / experts
+    decode_per_seq_s: float = 1.112e-5  # b: per running sequence per step
+    decode_per_ctx_token_s: float = 1.834e-8  # c: per context token per step (KV read)
+    prefill_per_token_s: float = 6.07e-6  # per prompt (or re-prefilled) token
+    kv_transfer_base_s: float = 0.005  # per migration with KV
+    kv_transfer_per_token_s: float = 9.83e-7  # KV bytes per token / instance network bandwidth
+    weight_load_s: float = 1.11  # one instance pulls and loads a version
+    colocated_reshard_s: float = 0.576  # colocated: trainer -> rollout weight reshard on the same devices
+    publish_s: float = 0.6525  # trainer-side: gather and publish a version
+    train_base_s: float = 3.0  # per trainer step (optimizer, sync)
+    train_device_s_per_token: float = 7.626e-5  # device-seconds per trained token (fwd+bwd+logprob)
+    moe_imbalance_cv: float = -1.0  # per-instance slowdown CV; -1 = take it from the trace metadata
+    source: str = "presets.derive(H800, qwen3-30b-a3b, tp=2)"
+
+    def validate(self) -> None:
+        for name in ("decode_base_s", "decode_expert_s", "decode_per_seq_s", "decode_per_ctx_token_s", "prefill_per_token_s",
+                     "kv_transfer_base_s", "kv_transfer_per_token_s", "weight_load_s", "colocated_reshard_s",
+                     "publish_s", "train_base_s", "train_device_s_per_token"):
+            v = getattr(self, name)
+            if not v >= 0:
+                raise InputError(f"{name}: must be >= 0 seconds, got {v}")
+        if not 0 <= self.expert_touch <= 1:
+            raise InputError(f"expert_touch: must be in [0, 1] (top_k / experts), got {self.expert_touch}")
+        if self.decode_base_s + self.decode_per_seq_s <= 0:
+            raise InputError("decode_base_s + decode_per_seq_s: must be > 0 (a decode step takes time)")
+        if self.moe_imbalance_cv < 0 and self.moe_imbalance_cv != -1.0:
+            raise InputError(f"moe_imbalance_cv: must be >= 0 or -1 (from trace), got {self.moe_imbalance_cv}")
+
+    def weights_s(self, n: int) -> float:
+        """Weight-read time of one forward pass over n sequences of one version."""
+        if self.decode_expert_s == 0.0 or n == 0:
+            return self.decode_base_s
+        return self.decode_base_s + self.decode_expert_s * (1.0 - (1.0 - self.expert_touch) ** n)
+
+    def step_s(self, per_version: list[int], ctx_sum: int, prefill_tokens: int = 0, f: float = 1.0) -> float:
+        """One step with per_version[i] sequences of each version present (reference arithmetic)."""
+        w = sum(self.weights_s(n) for n in per_version if n)
+        return f * (w + self.decode_per_seq_s * sum(per_version) + self.decode_per_ctx_token_s * ctx_sum
+                    + self.prefill_per_token_s * prefill_tokens)
+
+    def train_s(self, tokens: int, devices: int) -> float:
+        return self.train_base_s + self.train_device_s_per_token * tokens / devices
+
+    def kv_transfer_s(self, ctx_tokens: int) -> float:
+        return self.kv_transfer_base_s + self.kv_transfer_per_token_s * ctx_tokens

@@ -1,0 +1,385 @@
+"""A rollout instance: continuous batching with analytic jumps over decode steps.
+
+The instance runs steps back to back. Membership only changes at step boundaries: a step
+that starts at time T includes every sequence that arrived at or before T (and that fits:
+free slot, free KV), as in vLLM's scheduler. Between membership changes the batch is fixed,
+so with n sequences, context sum C at the start of a run and A = f*(W + b*n + c*C), where W
+is the weight-read time summed over the versions present (CostModel.weights_s), the first j
+steps of the run end at
+
+    T(j) = T0 + E + j*A + f*c*n*j*(j-1)/2        (E: prefill of the sequences admitted at T0)
+
+and the instance jumps straight to the next boundary where something happens: a sequence
+finishes, the KV cache would overflow, or a requested change (arrival, abort, migration,
+weight load) is due. In reference mode every run is one step long (one event per step);
+both modes share this arithmetic, so they must agree to rounding.
+
+Progress of a running sequence is lazy: it joined at instance step k0 with `remaining`
+tokens to go, so it finishes at step k0 + remaining and has k - k0 tokens at step k.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Callable
+
+from dora.sim.cost import CostModel
+
+if TYPE_CHECKING:
+    from dora.eventlog import EventLog
+
+# Seq states
+WAITING, RUNNING, GONE = 0, 1, 2
+
+
+class Seq:
+    """One trajectory segment on an instance (simulator-side truth, incl. its true length)."""
+
+    __slots__ = ("traj", "prompt_id", "version", "remaining", "ctx", "prefill", "k0", "target",
+                 "phi0", "state", "t_start", "made", "busy", "prefill_s", "stop")
+
+    def __init__(self, traj: int, prompt_id: int, version: int, remaining: int, ctx: int, prefill: int,
+                 t_start: float):
+        self.traj = traj
+        self.prompt_id = prompt_id
+        self.version = version
+        self.remaining = remaining  # tokens still to generate
+        self.ctx = ctx  # tokens in context (KV) when (re)admitted
+        self.prefill = prefill  # tokens to prefill on admission (0 when the KV came with it)
+        self.k0 = 0
+        self.target = 0
+        self.phi0 = 0.0
+        self.state = WAITING
+        self.t_start = t_start
+        self.made = 0  # tokens generated in this segment
+        self.busy = 0.0  # decode-slot device-seconds in this segment
+        self.prefill_s = 0.0  # prefill device-seconds in this segment
+        self.stop = ""  # pending stop request: abort | migrate | interrupt
+
+
+class Instance:
+    """Simulated rollout instance. The owning `Cluster` supplies scheduling and callbacks."""
+
+    def __init__(self, iid: int, max_seqs: int, kv_tokens: int, devices: int, cost: CostModel, slowdown: float,
+                 log: "EventLog", schedule: Callable[[float, int, Callable[[], None]], None],
+                 on_finish: Callable[[Seq, "Instance"], None], on_stopped: Callable[[Seq, "Instance"], None],
+                 reference: bool = False):
+        self.id = iid
+        self.max_seqs = max_seqs
+        self.kv_tokens = kv_tokens
+        self.devices = devices
+        self.f = slowdown
+        self.log = log
+        self._schedule = schedule
+        self._on_finish = on_finish
+        self._on_stopped = on_stopped
+        self.reference = reference
+        self.cost = cost
+        self.b, self.c, self.p = cost.decode_per_seq_s, cost.decode_per_ctx_token_s, cost.prefill_per_token_s
+        # run state (valid from T0 on)
+        self.K = 0  # steps done at the start of the current run
+        self.T0 = 0.0
+        self.phi_base = 0.0  # per-slot decode share clock
+        self.E = 0.0  # prefill seconds in the first step of the run
+        self.A = 0.0
+        self.Bq = 0.0
+        self.n = 0
+        self.C = 0  # context tokens of running seqs at T0
+        self.vcount: dict[int, int] = {}
+        self.running: dict[int, Seq] = {}
+        self.waiting: deque[Seq] = deque()
+        self.heap: list[tuple[int, int]] = []  # (target step, traj)
+        self.versions: set[int] = set()
+        self.loading = -1  # version being loaded, -1 if none
+        self.alive = True
+        self.pending_t = math.inf  # time of the scheduled boundary event
+        self.token = 0  # invalidates superseded boundary events
+        self.replan_at = math.nan  # time of a scheduled same-instant replan
+        self.stops: list[Seq] = []  # seqs to stop at the next boundary
+        self.load_req: tuple[int, str, int] | None = None  # (version, mode, evict) at next boundary
+        self.on_loaded: Callable[[Instance, int, str], None] | None = None
+        self.load_s = 0.0
+        self.reprefill_tokens = 0
+        self.in_process = False
+
+    # ---- closed form -------------------------------------------------------------------------
+    def T(self, j: int) -> float:
+        """Time at which the first j steps of the current run are done."""
+        if j <= 0:
+            return self.T0
+        return self.T0 + self.E + j * self.A + self.Bq * (j * (j - 1) // 2)
+
+    def phi(self, j: int) -> float:
+        return self.phi_base + (j * self.A + self.Bq * (j * (j - 1) // 2)) / self.max_seqs
+
+    def steps_by(self, now: float) -> int:
+        """Smallest j >= 0 with T(j) >= now: the boundary a change at `now` waits for."""
+        if now <= self.T0 or self.n == 0 or self.loading >= 0:
+            return 0
+        x = now - self.T0 - self.E
+        if x <= self.A:
+            return 1
+        if self.Bq > 0:
+            half = self.Bq / 2.0
+            lin = self.A - half
+            j = int(math.ceil((-lin + math.sqrt(lin * lin + 4.0 * half * x)) / (2.0 * half)))
+        else:
+            j = int(math.ceil(x / self.A))
+        j = max(j, 1)
+        while j > 1 and self.T(j - 1) >= now:
+            j -= 1
+        while self.T(j) < now:
+            j += 1
+        return j
+
+    # ---- requests from the cluster -------------------------------------------------------------
+    def busy_now(self) -> bool:
+        return self.n > 0 or self.loading >= 0
+
+    def submit(self, seq: Seq, now: float, front: bool = False) -> None:
+        """Queue a sequence; it joins at the next step boundary at or after `now`."""
+        seq.state = WAITING
+        if front:
+            self.waiting.appendleft(seq)
+        else:
+            self.waiting.append(seq)
+        self.touch(now)
+
+    def request_stop(self, seq: Seq, why: str, now: float) -> None:
+        """Stop a sequence (abort / migrate / interrupt): at once if waiting, else at the next boundary."""
+        if seq.state == WAITING:
+            self.waiting.remove(seq)
+            seq.state = GONE
+            seq.stop = why
+            self._on_stopped(seq, self)
+            return
+        if seq.stop:
+            return
+        seq.stop = why
+        if self.loading >= 0 or self.in_process:
+            # paused for a load (already at a boundary) or inside boundary processing
+            if self.loading >= 0:
+                self._leave(seq)
+                self._on_stopped(seq, self)
+            else:
+                self.stops.append(seq)
+            return
+        self.stops.append(seq)
+        self.touch(now)
+
+    def request_load(self, version: int, mode: str, evict: int, load_s: float, now: float) -> None:
+        self.load_req = (version, mode, evict)
+        self.load_s = load_s
+        self.touch(now)
+
+    def touch(self, now: float) -> None:
+        """Make sure the instance re-plans at the first boundary at or after `now`."""
+        if self.loading >= 0 or not self.alive or self.in_process:
+            return  # the load's end or the boundary being processed re-plans anyway
+        j = self.steps_by(now)
+        if j == 0:
+            # At a boundary right now: re-plan at this instant (after all boundary events at now).
+            if self.replan_at != now:
+                self.replan_at = now
+                self._schedule(now, 1, self._replan)
+            return
+        t = self.T(j)
+        if t < self.pending_t:
+            self._arm(t)
+
+    def _arm(self, t: float) -> None:
+        self.token += 1
+        tok = self.token
+        self.pending_t = t
+        self._schedule(t, 0, lambda: self._boundary(tok))
+
+    # ---- boundary processing -------------------------------------------------------------------
+    def _advance_to(self, now: float) -> None:
+        """Materialise the run up to the boundary at `now` (a boundary time of the run)."""
+        if self.n == 0 or now <= self.T0:
+            return
+        j = self.steps_by(now)
+        assert self.T(j) == now, "advance to a non-boundary time"
+        self.phi_base = self.phi(j)
+        self.K += j
+        self.C += self.n * j
+        self.T0 = now
+        self.E = 0.0
+
+    def _leave(self, s: Seq) -> None:
+        """Remove a running seq at the current boundary K (run state already materialised)."""
+        made = self.K - s.k0
+        s.made += made
+        s.remaining -= made
+        s.busy += (self.phi_base - s.phi0) * self.devices
+        self.C -= s.ctx + made
+        s.ctx += made
+        s.state = GONE
+        del self.running[s.traj]
+        self.n -= 1
+        v = s.version
+        left = self.vcount[v] - 1
+        if left:
+            self.vcount[v] = left
+        else:
+            del self.vcount[v]
+
+    def _boundary(self, tok: int) -> None:
+        if tok != self.token:
+            return  # superseded
+        now = self.pending_t
+        self.pending_t = math.inf
+        self._advance_to(now)
+        self._process(now)
+
+    def _replan(self) -> None:
+        now = self.replan_at
+        self.replan_at = math.nan
+        if self.loading >= 0 or not self.alive:
+            return
+        self.token += 1  # any armed boundary is re-derived below
+        self.pending_t = math.inf
+        self._advance_to(now)
+        self._process(now)
+
+    def _process(self, now: float) -> None:
+        """At a boundary: finish, stop, preempt, load or admit; then arm the next boundary."""
+        self.in_process = True
+        done: list[Seq] = []
+        heap = self.heap
+        while heap and heap[0][0] <= self.K:
+            target, traj = heapq.heappop(heap)
+            s = self.running.get(traj)
+            if s is not None and s.target == target:
+                self._leave(s)
+                done.append(s)
+        for s in done:
+            s.stop = ""
+            self._on_finish(s, self)
+        while self.stops:
+            stops, self.stops = self.stops, []
+            for s in stops:
+                if s.state == RUNNING:
+                    self._leave(s)
+                    self._on_stopped(s, self)
+        self.in_process = False
+        if self.load_req is not None:
+            self._start_load(now)
+            return
+        self._plan(now)
+
+    def _plan(self, now: float) -> None:
+        """Admit waiting seqs, preempt on KV overflow, and arm the next boundary."""
+        self.T0 = now
+        self.E = 0.0
+        # KV growth: the next step needs n more tokens of KV.
+        while self.n and self.C + self.n > self.kv_tokens:
+            self._preempt(now)
+        prefill = 0
+        ms, kv, waiting = self.max_seqs, self.kv_tokens, self.waiting
+        if waiting:
+            skipped: list[Seq] = []
+            while waiting and self.n < ms:
+                s = waiting[0]
+                if s.version not in self.versions:
+                    skipped.append(waiting.popleft())  # its version is not here (yet)
+                    continue
+                if self.C + s.ctx + self.n + 1 > kv:
+                    break  # FCFS: head of line blocks, as in vLLM
+                waiting.popleft()
+                self._admit(s)
+                prefill += s.prefill
+                if s.prefill:
+                    s.prefill_s += self.f * self.p * s.prefill * self.devices
+                    s.prefill = 0
+            if skipped:
+                waiting.extendleft(reversed(skipped))
+        n = self.n
+        if n == 0:
+            self.A = self.Bq = 0.0
+            return
+        f = self.f
+        self.E = f * self.p * prefill
+        w = self.cost.weights_s
+        self.A = f * (sum(w(k) for k in self.vcount.values()) + self.b * n + self.c * self.C)
+        self.Bq = f * self.c * n
+        heap, running = self.heap, self.running
+        while True:  # drop stale heap tops (seqs that left early)
+            target, traj = heap[0]
+            s = running.get(traj)
+            if s is not None and s.target == target:
+                break
+            heapq.heappop(heap)
+        j = target - self.K
+        j_kv = (self.kv_tokens - self.C) // n  # steps that fit in KV
+        if 0 < j_kv < j:
+            j = j_kv
+        if self.reference:
+            j = 1
+        self._arm(self.T(max(j, 1)))
+
+    def _admit(self, s: Seq) -> None:
+        s.state = RUNNING
+        s.k0 = self.K
+        s.target = self.K + s.remaining
+        s.phi0 = self.phi_base
+        self.running[s.traj] = s
+        self.n += 1
+        self.C += s.ctx
+        self.vcount[s.version] = self.vcount.get(s.version, 0) + 1
+        heapq.heappush(self.heap, (s.target, s.traj))
+
+    def _preempt(self, now: float) -> None:
+        """KV overflow: recompute-preempt the most recently admitted sequence (vLLM's policy)."""
+        victim = max(self.running.values(), key=lambda s: (s.k0, s.traj))
+        self._leave(victim)
+        victim.prefill = victim.ctx
+        self.reprefill_tokens += victim.ctx
+        victim.state = WAITING
+        self.waiting.appendleft(victim)
+        self.log.add(now, "preempt", self.id, victim.traj, victim.prompt_id, victim.version, tokens=victim.ctx)
+
+    # ---- weights ----------------------------------------------------------------------------
+    def _start_load(self, now: float) -> None:
+        version, mode, evict = self.load_req
+        self.load_req = None
+        self.loading = version
+        self.log.add(now, "load_start", self.id, version=version, detail=mode)
+        if mode == "interrupt":
+            for s in list(self.running.values()):
+                self._leave(s)
+                s.stop = "interrupt"
+                self._on_stopped(s, self)
+        self.T0 = now
+        self.A = self.Bq = self.E = 0.0
+        done_t = now + self.load_s
+        self._schedule(done_t, 2, lambda: self._end_load(done_t, version, mode, evict))
+
+    def _end_load(self, now: float, version: int, mode: str, evict: int) -> None:
+        self.loading = -1
+        if mode == "add":
+            self.versions.add(version)
+            if evict >= 0:
+                self.versions.discard(evict)
+        else:
+            self.versions = {version}
+        self.log.add(now, "load_end", self.id, version=version, detail=mode, dur_s=self.load_s)
+        self.T0 = now
+        if self.on_loaded is not None:
+            self.on_loaded(self, version, mode)
+        if self.loading < 0 and self.load_req is None:
+            self.touch(now)
+        elif self.load_req is not None and self.loading < 0:
+            self._start_load(now)
+
+    # ---- queries ----------------------------------------------------------------------------
+    def progress(self, s: Seq, now: float) -> int:
+        """Tokens generated so far in the segment (whole steps done by `now`)."""
+        if s.state != RUNNING:
+            return s.made
+        j = self.steps_by(now)
+        if self.T(j) > now:
+            j -= 1
+        return s.made + min(self.K + j - s.k0, s.remaining)

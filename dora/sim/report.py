@@ -1,0 +1,66 @@
+"""The five-policy table and the --json output of `python -m dora.sim`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dora.metrics import METRIC_NAMES
+
+_FORMATS = {
+    "e2e_samples_per_s": "{:.3f}", "e2e_tokens_per_s": "{:,.0f}", "rollout_tokens_per_s": "{:,.0f}",
+    "step_time_mean_s": "{:.1f}", "step_time_p99_s": "{:.1f}", "bubble_ratio": "{:.3f}",
+    "rollout_bubble_ratio": "{:.3f}", "trainer_bubble_ratio": "{:.3f}", "waste_ratio": "{:.3f}",
+    "staleness_mean": "{:.2f}", "staleness_max": "{}", "c1_violations": "{}", "c2_lost": "{}",
+    "c2_duplicated": "{}", "c3_violations": "{}", "migrations": "{:,}", "reprefill_tokens": "{:,}",
+    "weight_loads": "{:,}", "trained_samples": "{:,}", "steps": "{}", "bound_samples_per_s": "{:.3f}",
+    "bound_fraction": "{:.1%}", "speedup_vs_sync": "{:.2f}x", "sim_time_s": "{:,.0f}", "sim_wall_s": "{:.1f}",
+    "events": "{:,}",
+}
+ROWS = ("e2e_samples_per_s", "speedup_vs_sync", "bound_fraction") + tuple(
+    m for m in METRIC_NAMES if m != "e2e_samples_per_s") + ("bound_samples_per_s", "sim_time_s", "sim_wall_s", "events")
+
+
+def add_ratios(runs: list[dict]) -> None:
+    """speedup_vs_sync: each policy's e2e_samples_per_s over sync's (when sync ran)."""
+    base = next((r["metrics"]["e2e_samples_per_s"] for r in runs if r["policy"] == "sync"), None)
+    for r in runs:
+        m = r["metrics"]
+        m["speedup_vs_sync"] = m["e2e_samples_per_s"] / base if base else float("nan")
+
+
+def table(runs: list[dict], title: str = "") -> str:
+    names = [r["policy"] for r in runs]
+    w0 = max(len(k) for k in ROWS) + 2
+    w = max(12, max(len(n) for n in names) + 2)
+    lines = []
+    if title:
+        lines.append(title)
+    lines.append("metric".ljust(w0) + "".join(n.rjust(w) for n in names))
+    lines.append("-" * (w0 + w * len(names)))
+    for k in ROWS:
+        cells = []
+        for r in runs:
+            v = r["metrics"].get(k)
+            if v is None or (isinstance(v, float) and v != v):
+                cells.append("-".rjust(w))
+            else:
+                cells.append(_FORMATS.get(k, "{}").format(v).rjust(w))
+        lines.append(k.ljust(w0) + "".join(cells))
+    return "\n".join(lines)
+
+
+def write_json(runs: list[dict], path: str) -> None:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps({"runs": runs}, indent=2, default=_jsonable))
+    tmp.replace(out)
+
+
+def _jsonable(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, set):
+        return sorted(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

@@ -1,0 +1,138 @@
+"""Run one policy on one trace in the simulated cluster and compute its metrics."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dora.config import to_dict
+from dora.errors import InputError
+from dora.eventlog import EventLog
+from dora.metrics import compute_metrics
+from dora.sched.policies import POLICIES
+from dora.sched.policy import Policy
+from dora.sched.state import ABORTED, G_COMPLETE, G_RUNNING, G_TRAINING
+from dora.sim.bound import bound_samples_per_s
+from dora.sim.cluster import Cluster, ClusterSpec
+from dora.sim.config import SimConfig
+from dora.trace import Trace
+
+
+@dataclass
+class RunResult:
+    policy: str
+    config: dict
+    metrics: dict
+    events: pd.DataFrame
+
+
+def imbalance_cv(cfg: SimConfig, trace: Trace) -> float:
+    if cfg.cost.moe_imbalance_cv >= 0:
+        return cfg.cost.moe_imbalance_cv
+    return float(trace.metadata.get("params", {}).get("moe_imbalance_cv", 0.0))
+
+
+def slowdowns(cfg: SimConfig, trace: Trace, n: int) -> np.ndarray:
+    """Per-instance MoE expert-parallel slowdown factors: lognormal, mean 1, the trace's CV."""
+    cv = imbalance_cv(cfg, trace)
+    if cv <= 0:
+        return np.ones(n)
+    s2 = np.log1p(cv * cv)
+    rng = np.random.default_rng(cfg.seed)
+    return rng.lognormal(-s2 / 2.0, np.sqrt(s2), n)
+
+
+def check_fits(cfg: SimConfig, trace: Trace) -> None:
+    """Refuse configurations the trace cannot run on (one line each)."""
+    c, p = cfg.cluster, cfg.policy
+    G = p.group_size or trace.group_size
+    if p.group_size and p.group_size != trace.group_size:
+        raise InputError(f"group_size: {p.group_size} does not match the trace's groups of {trace.group_size} "
+                         f"({trace.path}); leave it 0 to use the trace's")
+    if p.batch_size > trace.num_groups:
+        raise InputError(f"batch_size: {p.batch_size} groups per step is more than the {trace.num_groups} groups "
+                         f"in {trace.path}; lower --batch-size or use a larger trace")
+    need = int(trace.prompt_len.max()) + int(trace.response_len.max())
+    if c.kv_tokens < need:
+        raise InputError(f"kv_tokens: {c.kv_tokens} per instance cannot hold the longest trajectory of {trace.path} "
+                         f"({need} tokens); raise cluster.kv_tokens to at least {need}")
+    if G < 1:
+        raise InputError(f"group_size: {G} is not >= 1")
+
+
+def make_policy(name: str, cfg: SimConfig, group_size: int) -> Policy:
+    pc = cfg.policy
+    if pc.group_size == 0:
+        from dataclasses import replace
+        pc = replace(pc, group_size=group_size)
+    return POLICIES[name](pc)
+
+
+def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> RunResult:
+    check_fits(cfg, trace)
+    G = trace.group_size
+    policy = make_policy(name, cfg, G)
+    c = cfg.cluster
+    colocated = policy.placement == "colocated"
+    n_inst = c.instances + (c.trainer_devices // c.devices_per_instance if colocated else 0)
+    slow_all = slowdowns(cfg, trace, c.instances + c.trainer_devices // c.devices_per_instance + 1)
+    spec = ClusterSpec(n_inst, c.devices_per_instance, c.max_seqs, c.kv_tokens, c.trainer_devices, colocated,
+                       slow_all[:n_inst])
+    rollout_devices = n_inst * c.devices_per_instance
+    bound = bound_samples_per_s(trace, cfg.cost, c.instances, c.devices_per_instance, c.max_seqs, c.kv_tokens,
+                                c.trainer_devices, cfg.policy.batch_size * G, slow_all)
+    run_info = {
+        "policy": name, "trace": trace.path, "eta": cfg.policy.eta, "batch_size": cfg.policy.batch_size,
+        "group_size": G, "steps": cfg.steps, "instances": n_inst, "devices_per_instance": c.devices_per_instance,
+        "rollout_devices": rollout_devices, "trainer_devices": 0 if colocated else c.trainer_devices,
+        "colocated": colocated, "max_seqs": c.max_seqs, "kv_tokens": c.kv_tokens, "body": "sim",
+    }
+    log = EventLog(run_info)
+    wall0 = time.perf_counter()
+    last = [wall0]
+
+    def report(step: int, now: float) -> None:
+        w = time.perf_counter()
+        if progress and (w - last[0] > 2.0 or step == cfg.steps):
+            last[0] = w
+            print(f"  [{name}] step {step}/{cfg.steps}  simulated {now:,.0f} s  wall {w - wall0:.1f} s",
+                  file=sys.stderr, flush=True)
+
+    cluster = Cluster(trace, spec, cfg.cost, policy, cfg.steps, reference=cfg.reference, log=log, progress=report)
+    cluster.run()
+    _log_leftovers(cluster, policy)
+    wall = time.perf_counter() - wall0
+    df = log.to_frame()
+    m = compute_metrics(df, run_info)
+    m["bound_samples_per_s"] = bound["bound_samples_per_s"]
+    m["bound_fraction"] = m["e2e_samples_per_s"] / bound["bound_samples_per_s"]
+    m["sim_wall_s"] = wall
+    m["events"] = cluster.events
+    config = {
+        **{k: v for k, v in run_info.items() if k not in ("policy", "body")},
+        "seed": cfg.seed, "reference": cfg.reference, "trace_groups": trace.num_groups,
+        "moe_imbalance_cv": imbalance_cv(cfg, trace),
+        "cluster": to_dict(cfg.cluster), "cost": to_dict(cfg.cost), "policy": policy.config_dict(),
+        "bound": {k: v for k, v in bound.items()},
+    }
+    return RunResult(name, config, m, df)
+
+
+def _log_leftovers(cluster: Cluster, policy: Policy) -> None:
+    """Rows for what the scheduler still holds at the end: one per live trajectory of each group
+    in flight, finished or training (trajectory -1 for a group not started yet)."""
+    now = cluster.env.now
+    names = {G_RUNNING: "running", G_COMPLETE: "complete", G_TRAINING: "training"}
+    view = policy.view
+    for g in view.groups.values():
+        state = names.get(g.state)
+        if state is None:
+            continue
+        live = [tid for tid in g.trajs if view.trajs[tid].state != ABORTED]
+        for tid in live or [-1]:
+            cluster.log.add(now, "leftover", traj=tid, prompt_id=g.prompt_id, version=g.version, tokens=g.size,
+                            detail=state)

@@ -1,0 +1,192 @@
+"""Trace schema (shared/DESIGN.md): one parquet row per trajectory, validated on load."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dora.errors import InputError
+
+REQUIRED_COLUMNS = {
+    "prompt_id": pa.int64(),
+    "sample_idx": pa.int32(),
+    "prompt_len": pa.int32(),
+    "response_len": pa.int32(),
+}
+OPTIONAL_INT_COLUMNS = {"step": pa.int32(), "version": pa.int32(), "instance": pa.int32()}
+OPTIONAL_FLOAT_COLUMNS = {"reward": pa.float64(), "t_start_s": pa.float64(), "t_end_s": pa.float64()}
+FINISH_REASONS = ("stop", "length")
+META_KEY = b"dora.trace"
+
+
+@dataclass
+class Trace:
+    """A validated trace, rows sorted by (step, prompt_id, sample_idx).
+
+    Groups are contiguous: group g occupies rows [g*G, (g+1)*G).
+    """
+
+    path: str
+    prompt_id: np.ndarray  # int64, one per row
+    sample_idx: np.ndarray  # int32
+    prompt_len: np.ndarray  # int32
+    response_len: np.ndarray  # int32
+    step: np.ndarray | None = None  # int32
+    finish_reason: np.ndarray | None = None  # object ('stop'/'length')
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def group_size(self) -> int:
+        return int(self.sample_idx.max()) + 1
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.prompt_id) // self.group_size
+
+    def __len__(self) -> int:
+        return len(self.prompt_id)
+
+    @property
+    def max_len(self) -> int:
+        """Length cap: from generator metadata if recorded, else the longest response."""
+        cap = self.metadata.get("params", {}).get("max_len")
+        return int(cap) if cap else int(self.response_len.max())
+
+    def group_prompt_ids(self) -> np.ndarray:
+        return self.prompt_id[:: self.group_size]
+
+    def truncated(self) -> np.ndarray:
+        if self.finish_reason is not None:
+            return self.finish_reason == "length"
+        return self.response_len >= self.max_len
+
+
+def _bad(path: str, column: str, row: int | None, what: str, fix: str) -> InputError:
+    where = f"column '{column}'" + (f", row {row} (0-based)" if row is not None else "")
+    return InputError(f"bad trace {path}: {where}: {what}; {fix}")
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read and validate a trace; raise InputError on the first problem found."""
+    p = str(path)
+    if not Path(p).is_file():
+        raise InputError(f"trace {p}: file not found; pass a parquet trace, e.g. traces/moe_longtail.parquet")
+    try:
+        table = pq.read_table(p)
+    except Exception as e:  # pyarrow raises several types for non-parquet files
+        raise InputError(f"trace {p}: not a readable parquet file ({type(e).__name__}); "
+                         "write traces with `python -m dora.trace generate` or pyarrow") from None
+    if table.num_rows == 0:
+        raise InputError(f"bad trace {p}: the file has no rows; a trace needs one row per trajectory")
+    names = set(table.column_names)
+    for col in REQUIRED_COLUMNS:
+        if col not in names:
+            raise _bad(p, col, None, "missing",
+                       f"required columns are {', '.join(REQUIRED_COLUMNS)}")
+    cols: dict[str, np.ndarray] = {}
+    for col, want in {**REQUIRED_COLUMNS, **{k: v for k, v in OPTIONAL_INT_COLUMNS.items() if k in names}}.items():
+        arr = table.column(col)
+        if not pa.types.is_integer(arr.type):
+            raise _bad(p, col, None, f"has type {arr.type}, expected an integer type ({want})",
+                       "cast the column to integers")
+        if arr.null_count:
+            row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+            raise _bad(p, col, row, "is null", "fill or drop rows with missing values")
+        cols[col] = arr.to_numpy().astype(want.to_pandas_dtype())
+    for col in OPTIONAL_FLOAT_COLUMNS:
+        if col in names:
+            arr = table.column(col)
+            if not (pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type)):
+                raise _bad(p, col, None, f"has type {arr.type}, expected a number", "cast the column to float64")
+    for col in ("prompt_len", "response_len"):
+        bad = np.flatnonzero(cols[col] < 1)
+        if len(bad):
+            r = int(bad[0])
+            raise _bad(p, col, r, f"value {int(cols[col][r])} is not >= 1", "lengths are token counts of at least 1")
+    for col in ("sample_idx", "step"):
+        if col in cols:
+            bad = np.flatnonzero(cols[col] < 0)
+            if len(bad):
+                r = int(bad[0])
+                raise _bad(p, col, r, f"value {int(cols[col][r])} is negative", "indices start at 0")
+    finish = None
+    if "finish_reason" in names:
+        fr = table.column("finish_reason")
+        if not (pa.types.is_string(fr.type) or pa.types.is_large_string(fr.type)
+                or (pa.types.is_dictionary(fr.type) and pa.types.is_string(fr.type.value_type))):
+            raise _bad(p, "finish_reason", None, f"has type {fr.type}, expected strings",
+                       f"use one of {FINISH_REASONS}")
+        finish = np.asarray(fr.to_pandas(), dtype=object)
+        ok = np.isin(finish, FINISH_REASONS)
+        if not ok.all():
+            r = int(np.flatnonzero(~ok)[0])
+            raise _bad(p, "finish_reason", r, f"value {finish[r]!r} is not one of {FINISH_REASONS}",
+                       "use 'stop' or 'length'")
+    _check_groups(p, cols["prompt_id"], cols["sample_idx"])
+    step = cols.get("step")
+    keys = (cols["sample_idx"], cols["prompt_id"]) if step is None else (cols["sample_idx"], cols["prompt_id"], step)
+    order = np.lexsort(keys)
+    meta = {}
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    if raw:
+        try:
+            meta = json.loads(raw)
+        except ValueError:
+            meta = {}
+    return Trace(
+        path=p,
+        prompt_id=cols["prompt_id"][order],
+        sample_idx=cols["sample_idx"][order],
+        prompt_len=cols["prompt_len"][order],
+        response_len=cols["response_len"][order],
+        step=None if step is None else step[order],
+        finish_reason=None if finish is None else finish[order],
+        metadata=meta,
+    )
+
+
+def _check_groups(p: str, prompt_id: np.ndarray, sample_idx: np.ndarray) -> None:
+    """Every prompt has samples 0..G-1 exactly once, with one G for the whole file."""
+    order = np.lexsort((sample_idx, prompt_id))
+    pid, sid = prompt_id[order], sample_idx[order]
+    starts = np.flatnonzero(np.r_[True, pid[1:] != pid[:-1]])
+    sizes = np.diff(np.r_[starts, len(pid)])
+    g = int(sizes[0])
+    bad_size = np.flatnonzero(sizes != g)
+    if len(bad_size):
+        k = int(bad_size[0])
+        r = int(order[starts[k]])
+        raise _bad(p, "prompt_id", r,
+                   f"group {int(pid[starts[k]])} has {int(sizes[k])} samples but group {int(pid[0])} has {g}",
+                   "every prompt group needs the same number of samples (ragged groups are refused)")
+    expect = np.tile(np.arange(g, dtype=sid.dtype), len(starts))
+    bad = np.flatnonzero(sid != expect)
+    if len(bad):
+        r = int(order[bad[0]])
+        raise _bad(p, "sample_idx", r,
+                   f"prompt {int(pid[bad[0]])} has sample_idx values that are not 0..{g - 1} exactly once",
+                   "number the samples of each group 0..G-1")
+
+
+def write_trace(path: str | Path, columns: dict[str, np.ndarray], metadata: dict) -> None:
+    """Write a trace parquet with the schema's types and provenance metadata."""
+    arrays, fields = [], []
+    for name, want in {**REQUIRED_COLUMNS, **OPTIONAL_INT_COLUMNS, **OPTIONAL_FLOAT_COLUMNS}.items():
+        if name in columns:
+            arrays.append(pa.array(np.asarray(columns[name]), type=want))
+            fields.append(pa.field(name, want, nullable=False))
+    if "finish_reason" in columns:
+        arrays.append(pa.array(list(columns["finish_reason"]), type=pa.string()).dictionary_encode())
+        fields.append(pa.field("finish_reason", pa.dictionary(pa.int32(), pa.string()), nullable=False))
+    schema = pa.schema(fields, metadata={META_KEY: json.dumps(metadata, sort_keys=True).encode()})
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd", compression_level=9)
+    tmp.replace(out)
