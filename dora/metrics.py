@@ -91,7 +91,11 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
     rollout_devices = int(run.get("rollout_devices", 0))
     trainer_devices = int(run.get("trainer_devices", 0))
     colocated = bool(run.get("colocated", False))
-    useful_roll = float(seg["busy_s"].to_numpy()[trained_mask].sum() + seg["prefill_s"].to_numpy()[trained_mask].sum())
+    useful_seg = seg["busy_s"].to_numpy() + seg["prefill_s"].to_numpy()
+    useful_roll = float(useful_seg[trained_mask].sum())
+    # rollout work done on the trainer's devices (elastic instances) counts for the trainer's devices
+    on_trainer = np.isin(seg["instance"].to_numpy(), list(run.get("elastic_instances", [])))
+    useful_elastic = float(useful_seg[trained_mask & on_trainer].sum())
     te = df[ev == "train_end"]
     useful_train = float(te["busy_s"].sum())
     train_time = float(te["dur_s"].sum())
@@ -103,9 +107,9 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
         total = (rollout_devices + trainer_devices) * t_end
         roll_cap = rollout_devices * t_end
         train_cap = trainer_devices * t_end
-    bubble = 1.0 - (useful_roll + useful_train) / total if total > 0 else 0.0
-    roll_bubble = 1.0 - useful_roll / roll_cap if roll_cap > 0 else 0.0
-    train_bubble = 1.0 - useful_train / train_cap if train_cap > 0 else 0.0
+    bubble = _idle_share(useful_roll + useful_train, total)
+    roll_bubble = _idle_share(useful_roll - useful_elastic, roll_cap)
+    train_bubble = _idle_share(useful_train + useful_elastic, train_cap)
 
     # C2
     size = int(run.get("group_size", 0)) or None
@@ -142,3 +146,11 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
         "steps": steps,
         "sim_time_s": t_end,
     }
+
+
+def _idle_share(useful: float, capacity: float) -> float:
+    """1 - useful / capacity; float noise around a fully busy device (|x| < 1e-9) reads 0."""
+    if capacity <= 0:
+        return 0.0
+    x = 1.0 - useful / capacity
+    return 0.0 if abs(x) < 1e-9 else x

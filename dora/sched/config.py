@@ -45,18 +45,24 @@ class DoraConfig:
     """DORA: multi-version streaming, repartition with KV migration, supplementation."""
 
     repartition_load: float = 0.5  # switch an old-version instance when its load < this share of slots
+    pack_occupancy: float = 0.1  # migrated old-version tails fill a peer to at most this share of slots
     migrate_kv: bool = True  # ship KV with migrated trajectories (no re-prefill)
     supplement: bool = True  # staleness-aware over-provisioning on the newest version
     supplement_max_share: float = 0.25  # at most this share of B extra groups in flight
     predictor: Literal["history", "none"] = "history"  # completion-time prediction for dispatch
     versions_per_instance: int = 1
+    max_regenerations: int = 1  # stale aborts per group; after that the trainer waits for it
     elastic_trainer: bool = False  # trainer devices generate while the trainer waits for data
 
     def validate(self) -> None:
         if not 0 <= self.repartition_load <= 1:
             raise InputError(f"repartition_load: must be in [0, 1], got {self.repartition_load}")
+        if not 0 < self.pack_occupancy <= 1:
+            raise InputError(f"pack_occupancy: must be in (0, 1], got {self.pack_occupancy}")
         if not 0 <= self.supplement_max_share <= 4:
             raise InputError(f"supplement_max_share: must be in [0, 4], got {self.supplement_max_share}")
+        if self.max_regenerations < 0:
+            raise InputError(f"max_regenerations: must be >= 0, got {self.max_regenerations}")
         if self.versions_per_instance < 1:
             raise InputError(f"versions_per_instance: must be >= 1, got {self.versions_per_instance}")
 

@@ -17,6 +17,7 @@ class InstanceSpec:
     max_seqs: int  # decode slots (max concurrent sequences)
     kv_tokens: int  # KV-cache capacity in tokens
     devices: int = 1
+    elastic: bool = False  # runs on trainer devices: usable for rollout only while the trainer waits
 
 
 @dataclass(frozen=True, slots=True)

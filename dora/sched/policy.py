@@ -7,6 +7,8 @@ the same events makes the same decisions in the simulator and the executor.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from dora.sched import actions as A
 from dora.sched import events as E
 from dora.sched.config import PolicyConfig
@@ -29,6 +31,8 @@ class Policy:
     name = "base"
     #: "disaggregated" (separate trainer devices) or "colocated" (time-share all devices)
     placement = "disaggregated"
+    #: disaggregated, but the trainer's devices also run rollout instances while it waits for data
+    elastic = False
 
     def __init__(self, cfg: PolicyConfig):
         self.cfg = cfg
@@ -93,6 +97,40 @@ class Policy:
         it = iter(self.view.buffer.values())
         return [next(it) for _ in range(self.B)]
 
+    def staleness_excess(self, batch: list[GroupView],
+                         inflight: Iterable[GroupView]) -> tuple[list[GroupView], list[GroupView]]:
+        """Groups that could no longer be trained within η if `batch` trains now.
+
+        The step trains at trainer version i. A group of version v left untrained must be in
+        one of the next v + η - i steps, so for every k >= 0 the groups left with
+        v + η - i <= k must fit in k batches of B. Returns (in-flight groups, complete groups)
+        to take out for the rest to fit (in-flight ones first): empty lists when training now
+        keeps every group within η.
+        """
+        i, eta, B = self.view.trainer_version, self.eta, self.B
+        chosen = {g.prompt_id for g in batch}
+        rest = [(g.version + eta - i, 0, g.prompt_id, g) for g in self.view.buffer.values()
+                if g.prompt_id not in chosen]
+        rest += [(g.version + eta - i, 1, g.prompt_id, g) for g in inflight
+                 if g.state == G_RUNNING and g.version >= 0]
+        rest.sort(key=lambda r: r[:3])
+        kept = 0
+        kept_inflight: list[GroupView] = []
+        drop_inflight: list[GroupView] = []
+        drop_done: list[GroupView] = []
+        for d, running, _, g in rest:
+            if kept < max(d, 0) * B:
+                kept += 1
+                if running:
+                    kept_inflight.append(g)
+            elif running:
+                drop_inflight.append(g)
+            elif kept_inflight:  # keep the complete group, give up an in-flight one instead
+                drop_inflight.append(kept_inflight.pop())
+            else:
+                drop_done.append(g)
+        return drop_inflight, drop_done
+
     # ---- actions -------------------------------------------------------------------------------
     def sample(self, count: int, reason: str = "batch") -> None:
         if count > 0:
@@ -111,7 +149,8 @@ class Policy:
             self.dispatch(g, i, instances[i], version, pred)
 
     def migrate(self, traj: int, dst: InstView, kv: bool = True) -> None:
-        self.view.move_traj(traj)
+        assert self.view.trajs[traj].state == QUEUED_OR_RUNNING, f"policy bug: trajectory {traj} is in transit"
+        self.view.move_traj(traj, dst.id)
         self._out.append(A.Migrate(traj, dst.id, kv))
 
     def abort(self, traj: int, reason: str) -> None:
@@ -162,7 +201,7 @@ class Policy:
         v = self.view
         for spec in ev.instances:
             v.instances[spec.id] = InstView(spec.id, spec.max_seqs, spec.kv_tokens, spec.devices,
-                                            versions={ev.version})
+                                            versions={ev.version}, elastic=spec.elastic)
         v.trainer_devices = ev.trainer_devices
         v.trainer_version = v.latest_version = ev.version
         self.on_start()
@@ -176,7 +215,8 @@ class Policy:
     def _traj_finished(self, ev: E.TrajectoryFinished) -> None:
         g = self.view.finish_traj(ev.traj, ev.tokens, self.now)
         self.on_finished(ev.traj, self.view.instances[ev.instance], g)
-        self.maybe_train()
+        if g is not None:  # only a completed group changes what the trainer can take
+            self.maybe_train()
 
     def _traj_lost(self, ev: E.TrajectoryLost) -> None:
         t = self.view.trajs[ev.traj]
@@ -186,7 +226,7 @@ class Policy:
 
     def _migration_done(self, ev: E.MigrationDone) -> None:
         if self.view.trajs[ev.traj].state == MIGRATING:
-            self.view.arrive_traj(ev.traj, ev.dst)
+            self.view.arrive_traj(ev.traj)
             self.on_migrated(ev.traj, ev.src, ev.dst)
 
     def _weights_loaded(self, ev: E.WeightsLoaded) -> None:

@@ -21,7 +21,7 @@ class TrajView:
     prompt_id: int
     sample_idx: int
     version: int
-    instance: int  # -1 while migrating
+    instance: int  # where it runs, or is headed while migrating
     t_start: float  # time of dispatch (first segment)
     state: int = QUEUED_OR_RUNNING
     tokens: int = 0  # response length once finished
@@ -78,6 +78,10 @@ class InstView:
     def free_slots(self) -> int:
         return self.max_seqs - len(self.active)
 
+    def settled(self) -> bool:
+        """No trajectory is still in transit to this instance (it may be a migration source)."""
+        return all(t.state == QUEUED_OR_RUNNING for t in self.active.values())
+
     def active_of(self, version: int) -> int:
         return sum(1 for t in self.active.values() if t.version == version)
 
@@ -120,9 +124,9 @@ class ClusterView:
         t = self.trajs[traj]
         if t.state == ABORTED:
             return None  # finished while its abort was on the way: discarded
-        if t.state == QUEUED_OR_RUNNING:
+        if t.state in (QUEUED_OR_RUNNING, MIGRATING):  # it may finish before a migration starts
             self.instances[t.instance].remove(t)
-        t.state = FINISHED  # (a trajectory may also finish before a requested migration starts)
+        t.state = FINISHED
         t.tokens = tokens
         g = self.groups[t.prompt_id]
         if g.state != G_RUNNING or traj not in g.trajs:
@@ -140,21 +144,20 @@ class ClusterView:
     def drop_traj(self, traj: int) -> None:
         """Forget an aborted or lost trajectory (the body discards its tokens)."""
         t = self.trajs[traj]
-        if t.instance >= 0:
-            self.instances[t.instance].remove(t)
+        self.instances[t.instance].remove(t)
         t.state = ABORTED
 
-    def move_traj(self, traj: int) -> None:
+    def move_traj(self, traj: int, dst: int) -> None:
+        """Start moving a trajectory to `dst`: it holds a slot there from now on, so `dst`
+        neither takes other work for that slot nor looks drained while it is in transit."""
         t = self.trajs[traj]
         self.instances[t.instance].remove(t)
-        t.instance = -1
-        t.state = MIGRATING
-
-    def arrive_traj(self, traj: int, dst: int) -> None:
-        t = self.trajs[traj]
         t.instance = dst
-        t.state = QUEUED_OR_RUNNING
+        t.state = MIGRATING
         self.instances[dst].add(t)
+
+    def arrive_traj(self, traj: int) -> None:
+        self.trajs[traj].state = QUEUED_OR_RUNNING
 
     # ---- groups ------------------------------------------------------------------------------
     def add_group(self, prompt_id: int, size: int, prompt_len: int, now: float) -> GroupView:

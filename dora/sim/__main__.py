@@ -22,7 +22,7 @@ from dora.eventlog import write_events
 from dora.sim.config import POLICY_NAMES, SimConfig
 from dora.sim.presets import HARDWARE, MODELS, derive
 from dora.sim.report import add_ratios, table, write_json
-from dora.sim.run import simulate
+from dora.sim.run import check_fits, simulate
 from dora.trace import load_trace
 
 
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             if out and Path(out).is_dir():
                 raise InputError(f"output {out}: is a directory; give a file path")
         trace = load_trace(cfg.trace)
+        check_fits(cfg, trace)  # refuse before any output
         runs, frames = [], {}
         t0 = time.perf_counter()
         for name in cfg.policies:

@@ -79,6 +79,7 @@ class ClusterSpec:
     trainer_devices: int
     colocated: bool
     slowdowns: np.ndarray  # per instance
+    elastic: tuple[int, ...] = ()  # instances on the trainer's devices (rollout only while it waits)
 
 
 class Cluster:
@@ -105,7 +106,8 @@ class Cluster:
         self.rlen = array("i")
         self.interrupted: dict[int, list[Seq]] = {}  # instance -> seqs waiting for its reload
         self.migrations = 0
-        self.events = 0
+        self.events = 0  # scheduler events delivered
+        self.sim_events = 0  # SimPy events processed (boundaries, loads, trainer, arrivals)
         self.done = self.env.event()
         self.instances: list[Instance] = []
         for i in range(spec.instances):
@@ -133,7 +135,8 @@ class Cluster:
         return schedule
 
     def run(self) -> None:
-        specs = tuple(E.InstanceSpec(i.id, i.max_seqs, i.kv_tokens, i.devices) for i in self.instances)
+        el = set(self.spec.elastic)
+        specs = tuple(E.InstanceSpec(i.id, i.max_seqs, i.kv_tokens, i.devices, i.id in el) for i in self.instances)
         self.deliver(E.ClusterStarted(specs, self.trainer.devices))
         env = self.env
         try:
@@ -144,6 +147,7 @@ class Cluster:
             raise
         if not self.done.triggered:
             raise RuntimeError(self._stall_message())
+        self.sim_events = next(env._eid) - len(env._queue) - 1
         self._finalize()
 
     def _stall_message(self) -> str:
@@ -237,7 +241,8 @@ class Cluster:
             if other:
                 raise RuntimeError(f"policy bug: drain-load of version {a.version} on instance {a.instance} "
                                    f"with {len(other)} trajectories of other versions")
-        load_s = self.cost.colocated_reshard_s if self.spec.colocated else self.cost.weight_load_s
+        on_trainer = self.spec.colocated or a.instance in self.spec.elastic  # the weights are on these devices
+        load_s = self.cost.colocated_reshard_s if on_trainer else self.cost.weight_load_s
         inst.request_load(a.version, a.mode, a.evict, load_s, now)
 
     def _train(self, a: A.Train, now: float) -> None:

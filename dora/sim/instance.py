@@ -156,6 +156,8 @@ class Instance:
             self._on_stopped(seq, self)
             return
         if seq.stop:
+            if why.startswith("abort"):
+                seq.stop = why  # an abort overrides a pending migration or interrupt
             return
         seq.stop = why
         if self.loading >= 0 or self.in_process:

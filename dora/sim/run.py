@@ -78,18 +78,20 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
     policy = make_policy(name, cfg, G)
     c = cfg.cluster
     colocated = policy.placement == "colocated"
-    n_inst = c.instances + (c.trainer_devices // c.devices_per_instance if colocated else 0)
-    slow_all = slowdowns(cfg, trace, c.instances + c.trainer_devices // c.devices_per_instance + 1)
+    on_trainer = c.trainer_devices // c.devices_per_instance  # instances the trainer's devices can hold
+    n_inst = c.instances + (on_trainer if colocated or policy.elastic else 0)
+    elastic = list(range(c.instances, n_inst)) if policy.elastic and not colocated else []
+    slow_all = slowdowns(cfg, trace, c.instances + on_trainer + 1)
     spec = ClusterSpec(n_inst, c.devices_per_instance, c.max_seqs, c.kv_tokens, c.trainer_devices, colocated,
-                       slow_all[:n_inst])
-    rollout_devices = n_inst * c.devices_per_instance
+                       slow_all[:n_inst], tuple(elastic))
+    rollout_devices = (n_inst - len(elastic)) * c.devices_per_instance
     bound = bound_samples_per_s(trace, cfg.cost, c.instances, c.devices_per_instance, c.max_seqs, c.kv_tokens,
                                 c.trainer_devices, cfg.policy.batch_size * G, slow_all)
     run_info = {
         "policy": name, "trace": trace.path, "eta": cfg.policy.eta, "batch_size": cfg.policy.batch_size,
         "group_size": G, "steps": cfg.steps, "instances": n_inst, "devices_per_instance": c.devices_per_instance,
         "rollout_devices": rollout_devices, "trainer_devices": 0 if colocated else c.trainer_devices,
-        "colocated": colocated, "max_seqs": c.max_seqs, "kv_tokens": c.kv_tokens, "body": "sim",
+        "colocated": colocated, "elastic_instances": elastic, "max_seqs": c.max_seqs, "kv_tokens": c.kv_tokens, "body": "sim",
     }
     log = EventLog(run_info)
     wall0 = time.perf_counter()
@@ -111,7 +113,8 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
     m["bound_samples_per_s"] = bound["bound_samples_per_s"]
     m["bound_fraction"] = m["e2e_samples_per_s"] / bound["bound_samples_per_s"]
     m["sim_wall_s"] = wall
-    m["events"] = cluster.events
+    m["events"] = cluster.sim_events
+    m["scheduler_events"] = cluster.events
     config = {
         **{k: v for k, v in run_info.items() if k not in ("policy", "body")},
         "seed": cfg.seed, "reference": cfg.reference, "trace_groups": trace.num_groups,

@@ -103,6 +103,13 @@ def load_trace(path: str | Path) -> Trace:
             arr = table.column(col)
             if not (pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type)):
                 raise _bad(p, col, None, f"has type {arr.type}, expected a number", "cast the column to float64")
+            vals = arr.to_numpy(zero_copy_only=False).astype(np.float64)
+            bad = np.flatnonzero(~np.isfinite(vals))
+            if len(bad):
+                r = int(bad[0])
+                what = "is null" if arr.null_count and arr.is_null().to_numpy(zero_copy_only=False)[r] else \
+                    f"value {vals[r]} is NaN or infinite"
+                raise _bad(p, col, r, what, "fill or drop rows with missing values")
     for col in ("prompt_len", "response_len"):
         bad = np.flatnonzero(cols[col] < 1)
         if len(bad):

@@ -11,18 +11,22 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
   the new version. Old-version tails thus pack onto few instances and run to completion.
   With versions_per_instance > 1 an instance instead loads the new version next to the old
   one and serves both until the old tails finish.
-- Staleness: when a trainer step starts at version i, a group of version v still in flight
-  with i - v >= η could only be trained beyond η: it is aborted and regenerated on the
-  newest version (the event is logged; C2 holds). Batches take the oldest version first.
+- Staleness: batches take the oldest version first. When a trainer step at version i would
+  leave a group unable to be trained within η (`Policy.staleness_excess`), that group is
+  aborted and regenerated on the newest version (logged; C2 holds). A group regenerated
+  `max_regenerations` times is not aborted again: the trainer waits for it instead, so long
+  answers are never systematically dropped.
 - Staleness-aware supplementation: at each publication the orchestrator predicts how many
   in-flight groups will complete within the next step; if the buffer plus those falls short
   of B, extra groups (up to `supplement_max_share`·B) are admitted on the newest version.
 - Dispatch and balancing use predicted completion: lengths come from finished group-mates
   or the running length distribution (LengthPredictor); a group's samples go to the
   newest-version instances whose predicted backlog per free slot is smallest.
-- Elastic trainer devices (knob): while the trainer waits for data, its devices run
-  rollout instances of the newest version; when a step starts their trajectories migrate
-  (KV) to regular instances or are regenerated.
+- Elastic trainer devices (knob, LongCat's elastic colocation): while the trainer waits for
+  data, its devices run rollout instances of the newest version (taking the new weights by
+  an on-device reshard); when a step starts their trajectories migrate (KV) to the regular
+  instance of their version with most room (queueing there), or are regenerated if none
+  holds that version.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import heapq
 
 from dora.sched.predictor import LengthPredictor
-from dora.sched.state import G_COMPLETE, G_RUNNING, QUEUED_OR_RUNNING, GroupView, InstView
+from dora.sched.state import QUEUED_OR_RUNNING, GroupView, InstView
 from dora.sched.streaming import StreamingPolicy, spread
 
 
@@ -40,6 +44,7 @@ class DoraPolicy(StreamingPolicy):
     def __init__(self, cfg):
         super().__init__(cfg)
         dc = cfg.dora
+        self.elastic = dc.elastic_trainer
         self.dc = dc
         self.vpi = dc.versions_per_instance
         self.pred = LengthPredictor() if dc.predictor == "history" else None
@@ -52,8 +57,9 @@ class DoraPolicy(StreamingPolicy):
         self.admit()
 
     def serving(self) -> list[InstView]:
-        latest = self.view.latest_version
-        return [i for i in self.view.instances.values() if i.alive and i.loading < 0 and latest in i.versions]
+        latest, busy = self.view.latest_version, self.view.trainer_busy
+        return [i for i in self.view.instances.values()
+                if i.alive and i.loading < 0 and latest in i.versions and not (i.elastic and busy)]
 
     def work_left(self, inst: InstView) -> float:
         """Predicted tokens left on an instance: predicted lengths minus estimated progress."""
@@ -100,7 +106,7 @@ class DoraPolicy(StreamingPolicy):
         """Move instances to the newest version, least old-version load first."""
         latest = self.view.latest_version
         old = [i for i in self.view.instances.values()
-               if i.alive and i.loading < 0 and latest not in i.versions]
+               if i.alive and i.loading < 0 and latest not in i.versions and not i.elastic]
         if not old:
             return
         if self.vpi > 1:
@@ -113,15 +119,16 @@ class DoraPolicy(StreamingPolicy):
                 switching.add(inst.id)
                 self.load(inst, latest)
                 continue
-            if inst.load > self.dc.repartition_load * inst.max_seqs:
+            if inst.load > self.dc.repartition_load * inst.max_seqs or not inst.settled():
                 continue
             ver = next(iter(inst.versions))
+            cap = max(int(self.dc.pack_occupancy * inst.max_seqs), 1)
             peers = sorted((i for i in old if i.id != inst.id and i.id not in switching
-                            and ver in i.versions and i.free_slots() > 0), key=lambda i: (-i.load, i.id))
-            if sum(p.free_slots() for p in peers) < inst.load:
+                            and ver in i.versions and i.load < cap), key=lambda i: (-i.load, i.id))
+            if sum(cap - p.load for p in peers) < inst.load:
                 continue
             for tid in list(inst.active):
-                dst = next(p for p in peers if p.free_slots() > 0)
+                dst = next(p for p in peers if p.load < cap)
                 self.migrate(tid, dst, kv=self.dc.migrate_kv)
             switching.add(inst.id)
             self.load(inst, latest)
@@ -143,6 +150,9 @@ class DoraPolicy(StreamingPolicy):
     def on_published(self, version: int) -> None:
         self._last_step_s = self.now - self._last_pub
         self._last_pub = self.now
+        for inst in self.view.instances.values():  # the trainer's devices hold the new weights already
+            if inst.elastic and inst.alive and inst.loading < 0 and not inst.active:
+                self.load(inst, version)
         self.repartition()
         self._plan_supplement()
         self.admit()
@@ -161,19 +171,45 @@ class DoraPolicy(StreamingPolicy):
         self.admit()
 
     def ready_batch(self) -> list[GroupView] | None:
+        """Oldest B complete groups. Groups that training them would leave beyond η are aborted
+        and regenerated on the newest version, except groups already regenerated
+        `max_regenerations` times: for those the trainer waits (aborting a long group again and
+        again would drop the long answers: a length-biased selection, C2)."""
         if len(self.view.buffer) < self.B:
             return None
-        return self.stalest_first(self.B)
+        batch = self.stalest_first(self.B)
+        late, done = self.staleness_excess(batch, self.inflight.values())
+        if not late and not done:
+            return batch
+        if any(g.attempts >= self.dc.max_regenerations for g in late):
+            return None
+        for g in late + done:
+            self.regenerate(g, "stale")
+        self.admit()
+        return batch
 
     def train_batch(self, batch: list[GroupView]) -> None:
+        self._vacate_elastic()
         super().train_batch(batch)
-        i = self.view.trainer_version
-        stale = [g for g in self.inflight.values() if g.state == G_RUNNING and i - g.version >= self.eta]
-        stale += [g for g in self.view.buffer.values() if g.state == G_COMPLETE and i - g.version >= self.eta]
-        for g in stale:
-            self.regenerate(g, "stale")
-        if stale:
-            self.admit()
+
+    def _vacate_elastic(self) -> None:
+        """The trainer takes its devices back: trajectories on elastic instances move (with KV) to
+        the regular instance of their version with the most free slots, queueing there if full."""
+        if not self.dc.elastic_trainer:
+            return
+        regular = [i for i in self.view.instances.values() if i.alive and not i.elastic and i.loading < 0]
+        for inst in self.view.instances.values():
+            if not inst.elastic:
+                continue
+            for t in list(inst.active.values()):
+                if t.state != QUEUED_OR_RUNNING:
+                    continue
+                peers = [i for i in regular if t.version in i.versions]
+                if peers:
+                    self.migrate(t.id, max(peers, key=lambda i: (i.free_slots(), -i.id)), kv=self.dc.migrate_kv)
+                else:
+                    g = self.view.groups[t.prompt_id]
+                    self.regenerate(g, "elastic")
 
     def on_regenerate(self, g: GroupView) -> None:
         if self.pred is not None:

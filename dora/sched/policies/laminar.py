@@ -9,13 +9,13 @@ Mechanism (Laminar, arXiv 2510.12633):
 - Repack: the rollout manager periodically finds instances of an older version whose
   occupancy fell below a threshold (long tails only) and moves their trajectories onto the
   fewest same-version instances that can hold them; the emptied instances refresh at once.
-- The trainer takes complete groups oldest version first; it waits rather than let an
-  in-flight group exceed η (bounded staleness without dropping data).
+- The trainer takes complete groups oldest version first; it waits rather than let any
+  group exceed η (`Policy.staleness_excess`): bounded staleness without dropping data.
 """
 
 from __future__ import annotations
 
-from dora.sched.state import G_RUNNING, GroupView, InstView
+from dora.sched.state import GroupView, InstView
 from dora.sched.streaming import StreamingPolicy
 
 
@@ -76,6 +76,8 @@ class LaminarPolicy(StreamingPolicy):
             sources = sorted((i for i in insts if i.load <= threshold * i.max_seqs), key=lambda i: (i.load, i.id))
             emptied: set[int] = set()
             for src in sources:
+                if not src.settled():  # took repacked trajectories in this pass, or still receiving
+                    continue
                 dsts = sorted((i for i in insts if i.id != src.id and i.id not in emptied and i.free_slots() > 0),
                               key=lambda i: (-i.load, i.id))
                 if sum(d.free_slots() for d in dsts) < src.load:
@@ -92,8 +94,8 @@ class LaminarPolicy(StreamingPolicy):
     def ready_batch(self) -> list[GroupView] | None:
         if len(self.view.buffer) < self.B:
             return None
-        i = self.view.trainer_version
-        for g in self.inflight.values():
-            if g.state == G_RUNNING and i - g.version >= self.eta:
-                return None  # wait: training now would push this group past η
-        return self.stalest_first(self.B)
+        batch = self.stalest_first(self.B)
+        late, done = self.staleness_excess(batch, self.inflight.values())
+        if late or done:
+            return None  # wait: training now would push an in-flight group past η
+        return batch

@@ -12,15 +12,15 @@ Mechanism (inclusionAI/AReaL):
   (per-token versions: C1 is broken by design).
 - A batch is the B finished groups that started earliest (`wait_results` sorts by start).
   AReaL's paper states that staleness stays within η; to hold that per trajectory, the
-  trainer here also waits for an unfinished group that would otherwise exceed η (the
-  "prioritise older trajectories" rule made strict). Staleness counts from a trajectory's
-  first token.
+  trainer here also waits while training would leave some group unable to be trained within
+  η (`Policy.staleness_excess`; the "prioritise older trajectories" rule made strict).
+  Staleness counts from a trajectory's first token.
 """
 
 from __future__ import annotations
 
 from dora.sched.policy import Policy
-from dora.sched.state import G_RUNNING, GroupView, InstView
+from dora.sched.state import GroupView, InstView
 
 
 class PartialPolicy(Policy):
@@ -77,16 +77,15 @@ class PartialPolicy(Policy):
             self._admit()
 
     def ready_batch(self):
-        """B finished groups, earliest-started first; wait if an unfinished group would exceed η."""
+        """B finished groups, earliest-started first; wait while that would leave a group beyond η."""
         v = self.view
         if len(v.buffer) < self.B:
             return None
-        i = v.trainer_version
-        for g in self._inflight.values():
-            if g.state == G_RUNNING and i - g.version >= self.eta:
-                return None  # training now would leave this group beyond η
-        done = sorted(v.buffer.values(), key=lambda g: (g.t_sampled, g.prompt_id))
-        return done[: self.B]
+        batch = sorted(v.buffer.values(), key=lambda g: (g.t_sampled, g.prompt_id))[: self.B]
+        late, done = self.staleness_excess(batch, self._inflight.values())
+        if late or done:
+            return None
+        return batch
 
     def on_published(self, version: int) -> None:
         insts = self.view.alive()

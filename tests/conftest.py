@@ -1,0 +1,60 @@
+"""Shared fixtures: small traces written to tmp dirs, small simulator configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dora.config import build
+from dora.sim.config import SimConfig
+from dora.trace import load_trace, write_trace
+from dora.trace.generate import TraceParams, generate_to
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_lengths(path: Path, lengths: list[list[int]], prompt_len: int | list[int] = 10) -> Path:
+    """A trace with one group per inner list (responses of that group's samples)."""
+    g = len(lengths[0])
+    n = len(lengths)
+    plen = [prompt_len] * n if isinstance(prompt_len, int) else prompt_len
+    cols = {
+        "prompt_id": np.repeat(np.arange(n, dtype=np.int64), g),
+        "sample_idx": np.tile(np.arange(g, dtype=np.int32), n),
+        "prompt_len": np.repeat(np.asarray(plen, dtype=np.int32), g),
+        "response_len": np.asarray(lengths, dtype=np.int32).reshape(-1),
+    }
+    write_trace(path, cols, {"generator": "tests"})
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_trace(tmp_path_factory) -> Path:
+    """A long-tail trace of 8 steps x 64 prompts x 8 samples with a 4K cap (fast to simulate)."""
+    p = tmp_path_factory.mktemp("traces") / "small.parquet"
+    generate_to(str(p), TraceParams(name="small", steps=8, prompts_per_step=64, group_size=8, median=300,
+                                    sigma=0.8, tail_prob=0.05, tail_start=3.0, tail_alpha=1.4, max_len=4096,
+                                    prompt_median=100, prompt_max=512, moe_imbalance_cv=0.1, seed=7))
+    return p
+
+
+def small_config(trace: Path, **over) -> SimConfig:
+    """8 instances x 16 slots, B=8 groups, eta=2, 6 steps on `trace`; `over` as dotted keys."""
+    data: dict = {"trace": str(trace), "steps": 6, "cluster": {"instances": 8, "devices_per_instance": 1,
+                                                               "max_seqs": 16, "kv_tokens": 200_000,
+                                                               "trainer_devices": 4},
+                  "policy": {"eta": 2, "batch_size": 8}}
+    for key, value in over.items():
+        node = data
+        parts = key.split(".")
+        for k in parts[:-1]:
+            node = node.setdefault(k, {})
+        node[parts[-1]] = value
+    return build(SimConfig, data)
+
+
+@pytest.fixture(scope="session")
+def small(small_trace):
+    return load_trace(small_trace)

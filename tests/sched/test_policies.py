@@ -1,0 +1,106 @@
+"""Every policy, driven by the simulator on a small long-tail trace, keeps C1-C3."""
+
+from __future__ import annotations
+
+import pytest
+
+from dora.sched import actions as A
+from dora.sched.policies import POLICIES
+from dora.sim.run import make_policy, simulate
+from tests.conftest import small_config
+
+ALL = ["sync", "one_step", "partial", "laminar", "dora"]
+
+
+@pytest.fixture(scope="module")
+def runs(small, small_trace):
+    cfg = small_config(small_trace)
+    return {p: simulate(small, cfg, p, progress=False) for p in ALL}
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_constraints(runs, policy):
+    m = runs[policy].metrics
+    assert m["steps"] == 6 and m["trained_samples"] == 6 * 8 * 8
+    assert m["c2_lost"] == 0 and m["c2_duplicated"] == 0
+    assert m["c3_violations"] == 0 and m["staleness_max"] <= 2
+    if policy == "partial":
+        assert m["c1_violations"] > 0  # interrupt-and-continue mixes versions by design
+    else:
+        assert m["c1_violations"] == 0
+
+
+def test_staleness_by_policy(runs):
+    assert runs["sync"].metrics["staleness_max"] == 0
+    assert runs["one_step"].metrics["staleness_mean"] == pytest.approx(1.0, abs=0.2)
+    assert runs["one_step"].metrics["staleness_max"] == 1
+
+
+def test_mechanisms_show_in_the_log(runs):
+    ev = {p: r.events["event"].astype(str).value_counts() for p, r in runs.items()}
+    assert ev["partial"].get("interrupt", 0) > 0 and ev["partial"].get("resume", 0) > 0
+    assert ev["sync"].get("migrate_out", 0) == 0
+    assert runs["sync"].config["colocated"] and not runs["dora"].config["colocated"]
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_deterministic(small, small_trace, policy):
+    cfg = small_config(small_trace, steps=3)
+    a = simulate(small, cfg, policy, progress=False)
+    b = simulate(small, cfg, policy, progress=False)
+    assert a.events.drop(columns="detail").equals(b.events.drop(columns="detail"))
+
+
+@pytest.mark.parametrize("policy", ALL)
+def test_replaying_events_gives_the_same_decisions(small, small_trace, policy):
+    """The policy is a pure function of the events it is fed: record a run, replay it."""
+    cfg = small_config(small_trace, steps=3)
+    seen: list[tuple] = []
+    orig = POLICIES[policy].handle
+
+    def recording(self, event, now):
+        out = orig(self, event, now)
+        seen.append((event, now, list(out)))
+        return out
+
+    POLICIES[policy].handle = recording
+    try:
+        simulate(small, cfg, policy, progress=False)
+    finally:
+        POLICIES[policy].handle = orig
+    fresh = make_policy(policy, cfg, small.group_size)
+    assert len(seen) > 50
+    for event, now, actions in seen:
+        assert fresh.handle(event, now) == actions
+    assert any(isinstance(a, A.Train) for _, _, acts in seen for a in acts)
+
+
+def test_dora_migrates_and_holds_several_versions(small, small_trace):
+    cfg = small_config(small_trace, **{"policy.dora.pack_occupancy": 0.5, "policy.dora.versions_per_instance": 1})
+    r = simulate(small, cfg, "dora", progress=False)
+    assert r.metrics["migrations"] > 0 and r.metrics["reprefill_tokens"] == 0  # KV moves with them
+    ev = r.events
+    run = ev[ev["event"].isin(["finish"])]
+    # at some instant, trajectories of several versions run on the cluster at once
+    assert run.groupby(run["t_s"] // 20)["version"].nunique().max() >= 2
+
+
+def test_dora_versions_per_instance(small, small_trace):
+    r = simulate(small, small_config(small_trace, **{"policy.dora.versions_per_instance": 2}), "dora",
+                 progress=False)
+    m = r.metrics
+    assert m["c1_violations"] == 0 and m["c3_violations"] == 0 and m["c2_lost"] == 0
+    loads = r.events[r.events["event"] == "load_start"]["detail"].astype(str)
+    assert (loads == "add").any()
+
+
+def test_dora_elastic_trainer(small, small_trace):
+    r = simulate(small, small_config(small_trace, **{"policy.dora.elastic_trainer": True}), "dora",
+                 progress=False)
+    m = r.metrics
+    assert m["c1_violations"] == 0 and m["c3_violations"] == 0 and m["c2_lost"] == 0
+
+
+def test_sync_disaggregated(small, small_trace):
+    r = simulate(small, small_config(small_trace, **{"policy.sync.colocated": False}), "sync", progress=False)
+    assert not r.config["colocated"] and r.metrics["c2_lost"] == 0 and r.metrics["staleness_max"] == 0

@@ -1,0 +1,85 @@
+"""Hand-computed cases that pin the simulator's arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dora.sim.cost import CostModel
+from dora.sim.run import simulate
+from dora.trace import load_trace
+from tests.conftest import small_config, write_lengths
+
+# a linear cost model with round numbers (seconds)
+A, B_SEQ, C_CTX, P_TOK = 0.01, 0.001, 1e-5, 1e-4
+LOAD, PUBLISH, T0, T1 = 2.0, 0.5, 1.0, 0.01
+COST = {"decode_base_s": A, "decode_expert_s": 0.0, "decode_per_seq_s": B_SEQ, "decode_per_ctx_token_s": C_CTX,
+        "prefill_per_token_s": P_TOK, "weight_load_s": LOAD, "publish_s": PUBLISH, "train_base_s": T0,
+        "train_device_s_per_token": T1, "moe_imbalance_cv": 0.0}
+
+
+def test_sync_step_on_two_trajectories(tmp_path):
+    """One group of two samples (responses 3 and 5 tokens, prompts of 10) on one instance.
+
+    Both are admitted at t=0: prefill 2x10 tokens, first tokens come out of that step.
+    Steps 1-3 run 2 sequences, contexts 10+j each:   3a + 3*2b + c*(2*10 + 2*11 + 2*12)
+    plus the prefill                                  p*20
+    Steps 4-5 run the 5-token one, contexts 13, 14:   2a + 2b + c*(13 + 14)
+    Train 2 trajectories of 10+3 and 10+5 tokens on 1 device: T0 + T1*28; publish; then
+    every instance loads the new version (LOAD) before the next batch starts.
+    """
+    trace = write_lengths(tmp_path / "two.parquet", [[3, 5]], prompt_len=10)
+    cfg = small_config(trace, **{"steps": 2, "cluster.instances": 1, "cluster.trainer_devices": 1,
+                                 "cluster.max_seqs": 4, "cluster.kv_tokens": 1000, "policy.batch_size": 1,
+                                 "policy.eta": 1, "policy.sync.colocated": False, "cost": COST})
+    rollout = (P_TOK * 20 + 3 * A + 6 * B_SEQ + C_CTX * (20 + 22 + 24)
+               + 2 * A + 2 * B_SEQ + C_CTX * (13 + 14))
+    train = T0 + T1 * 28
+    step = rollout + train + PUBLISH + LOAD  # publication to publication
+    r = simulate(load_trace(trace), cfg, "sync", progress=False)
+    m = r.metrics
+    assert m["step_time_mean_s"] == pytest.approx(step, rel=1e-12)
+    assert m["sim_time_s"] == pytest.approx(rollout + train + PUBLISH + step, rel=1e-12)
+    assert m["e2e_samples_per_s"] == pytest.approx(2 / step, rel=1e-12)
+    assert m["trained_samples"] == 4 and m["steps"] == 2
+    # the first segment of each trajectory ends at its finish time
+    fin = r.events[r.events["event"] == "finish"].sort_values("t_s")
+    t3 = P_TOK * 20 + 3 * A + 6 * B_SEQ + C_CTX * 66
+    assert fin["t_s"].iloc[0] == pytest.approx(t3, rel=1e-12)
+    assert fin["t_s"].iloc[1] == pytest.approx(rollout, rel=1e-12)
+    assert fin["tokens"].tolist()[:2] == [3, 5]
+
+
+def test_closed_form_equals_single_steps():
+    """T(j) of a run equals j single steps summed with their growing contexts."""
+    cost = CostModel(**{k: v for k, v in COST.items()})
+    n, ctx0, k = 7, 1234, 50
+    summed = sum(cost.step_s([n], n * ctx0 + n * j) for j in range(k))
+    closed = k * (A + B_SEQ * n + C_CTX * n * ctx0) + C_CTX * n * k * (k - 1) / 2
+    assert math.isclose(summed, closed, rel_tol=1e-12)
+
+
+def test_moe_expert_share():
+    """A lone sequence reads top_k/E of the experts, a full batch nearly all of them."""
+    c = CostModel(decode_base_s=1.0, decode_expert_s=10.0, expert_touch=0.0625)
+    assert c.weights_s(1) == pytest.approx(1.0 + 10.0 * 0.0625)
+    assert c.weights_s(64) == pytest.approx(1.0 + 10.0 * (1 - 0.9375 ** 64))
+    assert c.weights_s(0) == 1.0
+
+
+@pytest.mark.parametrize("policy", ["sync", "one_step", "partial", "laminar", "dora"])
+def test_fast_engine_matches_reference(small_trace, policy):
+    """Analytic jumps over decode runs give the same run as one event per decode step."""
+    over = {"steps": 3, "cluster.instances": 4, "policy.batch_size": 4, "policy.eta": 1}
+    fast = simulate(load_trace(small_trace), small_config(small_trace, **over), policy, progress=False)
+    ref = simulate(load_trace(small_trace), small_config(small_trace, reference=True, **over), policy,
+                   progress=False)
+    assert ref.metrics["events"] > 2 * fast.metrics["events"]  # the reference really steps
+    for k, v in fast.metrics.items():
+        if k in ("sim_wall_s", "events", "scheduler_events"):
+            continue
+        assert ref.metrics[k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+    pub_f = fast.events[fast.events["event"] == "publish"]["t_s"].to_numpy()
+    pub_r = ref.events[ref.events["event"] == "publish"]["t_s"].to_numpy()
+    assert pub_f == pytest.approx(pub_r, rel=1e-9)
