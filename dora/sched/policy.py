@@ -79,6 +79,8 @@ class Policy:
     def on_loaded(self, inst: InstView, version: int) -> None: ...
     def on_published(self, version: int) -> None: ...
     def on_migrated(self, traj: int, src: int, dst: int) -> None: ...
+    def on_trainer_idle(self) -> None:
+        """After a publication, when no next step could start: the trainer waits for data."""
 
     def on_lost(self, traj: int, inst: int) -> None:
         """Default: the group is abandoned and regenerated on the newest version."""
@@ -248,6 +250,8 @@ class Policy:
         self._training = []
         self.on_published(ev.version)
         self.maybe_train()
+        if not v.trainer_busy:
+            self.on_trainer_idle()
 
     def _instance_failed(self, ev: E.InstanceFailed) -> None:
         inst = self.view.instances[ev.instance]

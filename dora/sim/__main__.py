@@ -49,6 +49,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", metavar="OUT", help="write {runs: [{policy, config, metrics}]} here")
     ap.add_argument("--events", metavar="OUT.parquet",
                     help="write the event log here (with several policies: OUT.<policy>.parquet)")
+    ap.add_argument("--plot", metavar="OUT.png",
+                    help="timeline PNG (with several policies: OUT.<policy>.png timelines + OUT.png bubble bars)")
+    ap.add_argument("--perfetto", metavar="OUT.json",
+                    help="Chrome/Perfetto trace-event JSON of the event log (several policies: OUT.<policy>.json)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     return ap
 
@@ -101,6 +105,14 @@ def main(argv: list[str] | None = None) -> int:
         for out in (args.json, args.events):
             if out and Path(out).is_dir():
                 raise InputError(f"output {out}: is a directory; give a file path")
+        if args.plot:
+            from dora.plots import check_output as check_plot_output, plot_runs  # matplotlib: only when asked
+
+            check_plot_output(args.plot)
+        if args.perfetto:
+            from dora.perfetto import check_output as check_perfetto_output, write_perfetto_runs
+
+            check_perfetto_output(args.perfetto)
         trace = load_trace(cfg.trace)
         check_fits(cfg, trace)  # refuse before any output
         runs, frames = [], {}
@@ -124,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.events:
             for name, df in frames.items():
                 write_events(df, events_path(args.events, name, len(frames) > 1))
+        if args.plot:
+            for p in plot_runs(frames, args.plot):
+                print(f"wrote {p}", file=sys.stderr)
+        if args.perfetto:
+            for p in write_perfetto_runs(frames, args.perfetto):
+                print(f"wrote {p}", file=sys.stderr)
     return 0
 
 

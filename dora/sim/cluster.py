@@ -194,7 +194,7 @@ class Cluster:
         row = self.data.row(a.prompt_id, a.sample_idx)
         plen = int(self.trace.prompt_len[row])
         rlen = int(self.trace.response_len[row])
-        s = Seq(a.traj, a.prompt_id, a.version, rlen, plen, plen, now)
+        s = Seq(a.traj, a.prompt_id, a.version, rlen, plen, plen, now, first_prefill=True)
         self.seqs[a.traj] = s
         self.where[a.traj] = a.instance
         if a.traj != len(self.pid_of):

@@ -38,10 +38,10 @@ class Seq:
     """One trajectory segment on an instance (simulator-side truth, incl. its true length)."""
 
     __slots__ = ("traj", "prompt_id", "version", "remaining", "ctx", "prefill", "k0", "target",
-                 "phi0", "state", "t_start", "made", "busy", "prefill_s", "stop")
+                 "phi0", "state", "t_start", "made", "busy", "prefill_s", "stop", "first_prefill")
 
     def __init__(self, traj: int, prompt_id: int, version: int, remaining: int, ctx: int, prefill: int,
-                 t_start: float):
+                 t_start: float, first_prefill: bool = False):
         self.traj = traj
         self.prompt_id = prompt_id
         self.version = version
@@ -55,7 +55,8 @@ class Seq:
         self.t_start = t_start
         self.made = 0  # tokens generated in this segment
         self.busy = 0.0  # decode-slot device-seconds in this segment
-        self.prefill_s = 0.0  # prefill device-seconds in this segment
+        self.prefill_s = 0.0  # device-seconds of the prompt's first prefill (re-prefill is not counted)
+        self.first_prefill = first_prefill  # the pending prefill is the prompt's first (useful) one
         self.stop = ""  # pending stop request: abort | migrate | interrupt
 
 
@@ -294,7 +295,9 @@ class Instance:
                 self._admit(s)
                 prefill += s.prefill
                 if s.prefill:
-                    s.prefill_s += self.f * self.p * s.prefill * self.devices
+                    if s.first_prefill:
+                        s.prefill_s += self.f * self.p * s.prefill * self.devices
+                        s.first_prefill = False
                     s.prefill = 0
             if skipped:
                 waiting.extendleft(reversed(skipped))

@@ -113,25 +113,33 @@ class DoraPolicy(StreamingPolicy):
             self._repartition_multi(old, latest)
             return
         old.sort(key=lambda i: (self.old_load(i), i.id))
+        room: dict[int, int] = {}  # version -> free slots under the packing cap on its old instances
+        for i in old:
+            v = next(iter(i.versions))
+            room[v] = room.get(v, 0) + self._room(i)
         switching: set[int] = set()
         for inst in old:
+            ver = next(iter(inst.versions))
             if not inst.active:
                 switching.add(inst.id)
+                room[ver] -= self._room(inst)
                 self.load(inst, latest)
                 continue
-            if inst.load > self.dc.repartition_load * inst.max_seqs or not inst.settled():
+            if inst.load > self.dc.repartition_load * inst.max_seqs:
                 continue
-            ver = next(iter(inst.versions))
-            cap = max(int(self.dc.pack_occupancy * inst.max_seqs), 1)
+            if room[ver] - self._room(inst) < inst.load or not inst.settled():
+                continue
+            room[ver] -= self._room(inst) + inst.load
             peers = sorted((i for i in old if i.id != inst.id and i.id not in switching
-                            and ver in i.versions and i.load < cap), key=lambda i: (-i.load, i.id))
-            if sum(cap - p.load for p in peers) < inst.load:
-                continue
+                            and ver in i.versions and self._room(i) > 0), key=lambda i: (-i.load, i.id))
             for tid in list(inst.active):
-                dst = next(p for p in peers if p.load < cap)
-                self.migrate(tid, dst, kv=self.dc.migrate_kv)
+                self.migrate(tid, next(p for p in peers if self._room(p) > 0), kv=self.dc.migrate_kv)
             switching.add(inst.id)
             self.load(inst, latest)
+
+    def _room(self, inst: InstView) -> int:
+        """Slots an old-version peer still takes migrated tails into (packing cap minus its load)."""
+        return max(max(int(self.dc.pack_occupancy * inst.max_seqs), 1) - inst.load, 0)
 
     def _repartition_multi(self, old: list[InstView], latest: int) -> None:
         """versions_per_instance > 1: load the newest next to the old; evict versions with no work."""
@@ -150,9 +158,6 @@ class DoraPolicy(StreamingPolicy):
     def on_published(self, version: int) -> None:
         self._last_step_s = self.now - self._last_pub
         self._last_pub = self.now
-        for inst in self.view.instances.values():  # the trainer's devices hold the new weights already
-            if inst.elastic and inst.alive and inst.loading < 0 and not inst.active:
-                self.load(inst, version)
         self.repartition()
         self._plan_supplement()
         self.admit()
@@ -187,6 +192,16 @@ class DoraPolicy(StreamingPolicy):
             self.regenerate(g, "stale")
         self.admit()
         return batch
+
+    def on_trainer_idle(self) -> None:
+        """The trainer waits for data: its devices take the new weights (an on-device reshard)
+        and serve as rollout instances until the next step starts."""
+        if not self.dc.elastic_trainer:
+            return
+        latest = self.view.latest_version
+        for inst in self.view.instances.values():
+            if inst.elastic and inst.alive and inst.loading < 0 and not inst.active and latest not in inst.versions:
+                self.load(inst, latest)
 
     def train_batch(self, batch: list[GroupView]) -> None:
         self._vacate_elastic()

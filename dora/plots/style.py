@@ -1,0 +1,78 @@
+"""Shared look: figures on the Agg canvas, version colours, policy colours, saving.
+
+Figures are made with matplotlib.figure.Figure on an Agg canvas, not through pyplot: no global
+backend is switched and no GUI window opens, and a returned Figure still shows inline in Jupyter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+
+from dora.errors import InputError
+
+
+def subplots(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (8, 5)):
+    """(figure, axes) like pyplot.subplots, on its own Agg canvas."""
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols)
+
+# Saturated, distinct hues: tab10 without its grey (grey means loading weights), then six more
+# (navy, maroon, teal, magenta, lime, gold). Versions that coexist (at most eta + 1 of them) never
+# share a colour; beyond 15 versions the cycle repeats (the timeline's legend says so).
+_TAB10 = matplotlib.colormaps["tab10"].colors
+VERSION_CYCLE = tuple(c for i, c in enumerate(_TAB10) if i != 7) + (
+    "#000075", "#800000", "#469990", "#f032e6", "#7cb518", "#e6ab02")
+LOAD_COLOR = (0.55, 0.55, 0.55)
+POLICY_ORDER = ("sync", "one_step", "partial", "laminar", "dora")
+
+
+def version_color(v: int) -> tuple[float, float, float]:
+    return tuple(to_rgb(VERSION_CYCLE[int(v) % len(VERSION_CYCLE)]))
+
+
+def version_colors(versions) -> np.ndarray:
+    """(n, 3) RGB for an array of versions."""
+    table = np.array([to_rgb(c) for c in VERSION_CYCLE])
+    return table[np.asarray(versions, dtype=np.int64) % len(table)]
+
+
+def policy_color(name: str, i: int = 0) -> tuple[float, float, float]:
+    cmap = matplotlib.colormaps["tab10"].colors
+    k = POLICY_ORDER.index(name) if name in POLICY_ORDER else len(POLICY_ORDER) + i
+    return tuple(cmap[k % len(cmap)])
+
+
+IMAGE_TYPES = ("png", "svg", "pdf")
+
+
+def check_output(out: str | Path, types: tuple[str, ...] = IMAGE_TYPES) -> Path:
+    """Refuse an output path before any work: a directory, or a suffix not in `types`."""
+    p = Path(out)
+    if p.is_dir():
+        raise InputError(f"output {p}: is a directory; give a file path such as {p / ('out.' + types[0])}")
+    fmt = p.suffix.lstrip(".").lower()
+    if fmt not in types:
+        raise InputError(f"output {p}: unknown file type '{p.suffix}'; use " + ", ".join("." + t for t in types))
+    return p
+
+
+def save(fig, out: str | Path, dpi: int = 120) -> Path:
+    """Write a figure (PNG/SVG/PDF by suffix) atomically: a temp file renamed into place."""
+    p = check_output(out)
+    fmt = p.suffix.lstrip(".").lower()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    try:
+        fig.savefig(tmp, dpi=dpi, format=fmt, bbox_inches="tight")
+        tmp.replace(p)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return p
