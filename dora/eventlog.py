@@ -128,6 +128,12 @@ class EventLog:
         return df
 
 
+def events_path(base: str | Path, policy: str, several: bool) -> Path:
+    """OUT.parquet for one policy; OUT.<policy>.parquet when several share the flag."""
+    p = Path(base)
+    return p.with_name(f"{p.stem}.{policy}{p.suffix or '.parquet'}") if several else p
+
+
 def write_events(df: pd.DataFrame, path: str | Path) -> None:
     """Write an event log parquet (atomically: a temp file renamed into place)."""
     table = pa.Table.from_pandas(df, preserve_index=False)

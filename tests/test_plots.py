@@ -17,7 +17,7 @@ from dora.plots.__main__ import main as plots_main
 from dora.plots.data import bin_time, event_names
 from dora.plots.style import version_color
 from dora.sim.config import SimConfig
-from dora.sim.report import write_json
+from dora.report import write_json
 from dora.sim.run import simulate
 from dora.trace import load_trace
 from tests.conftest import small_config

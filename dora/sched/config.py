@@ -84,3 +84,22 @@ class PolicyConfig:
             raise InputError(f"batch_size: must be >= 1 prompt group, got {self.batch_size}")
         if self.group_size < 0:
             raise InputError(f"group_size: must be >= 1 (or 0 for the trace's), got {self.group_size}")
+
+
+POLICY_NAMES = ("sync", "one_step", "partial", "laminar", "dora")
+
+
+def check_run(policies: list[str], steps: int, pc: PolicyConfig) -> None:
+    """Checks shared by both bodies' run configs: known policies, each once, enough steps, η for one_step."""
+    if steps < 2:
+        raise InputError(f"steps: must be >= 2 (steady-state metrics exclude the first step), got {steps}")
+    if not policies:
+        raise InputError("policies: name at least one policy")
+    for p in policies:
+        if p not in POLICY_NAMES:
+            raise InputError(f"policy {p!r}: unknown; choose from {', '.join(POLICY_NAMES)}")
+    if len(set(policies)) != len(policies):
+        raise InputError(f"policies: {policies} names a policy twice")
+    if "one_step" in policies and pc.eta < 1:
+        raise InputError("eta: one_step trains every batch one version late, so it needs eta >= 1; "
+                         "pass --eta 1 or more, or leave one_step out")

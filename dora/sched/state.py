@@ -183,3 +183,17 @@ class ClusterView:
 
     def group_trajs(self, g: GroupView) -> list[int]:
         return [tid for tid in g.trajs if self.trajs[tid].state == FINISHED]
+
+    def leftovers(self) -> list[tuple[int, int, int, int, str]]:
+        """What is still held at the end of a run, for the event log's `leftover` rows:
+        (trajectory or -1 for a group not started, prompt_id, version, group size, state) for
+        every live trajectory of each group in flight, complete or training."""
+        names = {G_RUNNING: "running", G_COMPLETE: "complete", G_TRAINING: "training"}
+        out = []
+        for g in self.groups.values():
+            state = names.get(g.state)
+            if state is None:
+                continue
+            live = [tid for tid in g.trajs if self.trajs[tid].state != ABORTED]
+            out.extend((tid, g.prompt_id, g.version, g.size, state) for tid in live or [-1])
+        return out

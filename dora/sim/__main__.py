@@ -18,10 +18,10 @@ from pathlib import Path
 
 from dora.config import build, load_yaml, merge, parse_override, to_dict
 from dora.errors import InputError, cli_errors
-from dora.eventlog import write_events
+from dora.eventlog import events_path, write_events
 from dora.sim.config import POLICY_NAMES, SimConfig
 from dora.sim.presets import HARDWARE, MODELS, derive
-from dora.sim.report import add_ratios, table, write_json
+from dora.report import add_ratios, table, write_json
 from dora.sim.run import check_fits, simulate
 from dora.trace import load_trace
 
@@ -91,11 +91,6 @@ def resolve_config(args: argparse.Namespace) -> SimConfig:
         path, value = parse_override(text)
         merge(data, path, value)
     return build(SimConfig, data)
-
-
-def events_path(base: str, policy: str, several: bool) -> Path:
-    p = Path(base)
-    return p.with_name(f"{p.stem}.{policy}{p.suffix or '.parquet'}") if several else p
 
 
 def main(argv: list[str] | None = None) -> int:

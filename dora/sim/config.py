@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dora.errors import InputError
-from dora.sched.config import PolicyConfig
+from dora.sched.config import POLICY_NAMES, PolicyConfig, check_run  # noqa: F401 (re-export)
 from dora.sim.cost import CostModel
 
-POLICY_NAMES = ("sync", "one_step", "partial", "laminar", "dora")
 
 
 @dataclass
@@ -46,15 +45,4 @@ class SimConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     def validate(self) -> None:
-        if self.steps < 2:
-            raise InputError(f"steps: must be >= 2 (steady-state metrics exclude the first step), got {self.steps}")
-        if not self.policies:
-            raise InputError("policies: name at least one policy")
-        for p in self.policies:
-            if p not in POLICY_NAMES:
-                raise InputError(f"policy {p!r}: unknown; choose from {', '.join(POLICY_NAMES)}")
-        if len(set(self.policies)) != len(self.policies):
-            raise InputError(f"policies: {self.policies} names a policy twice")
-        if "one_step" in self.policies and self.policy.eta < 1:
-            raise InputError("eta: one_step trains every batch one version late, so it needs eta >= 1; "
-                             "pass --eta 1 or more, or leave one_step out")
+        check_run(self.policies, self.steps, self.policy)

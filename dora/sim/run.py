@@ -15,7 +15,6 @@ from dora.eventlog import EventLog
 from dora.metrics import compute_metrics
 from dora.sched.policies import POLICIES
 from dora.sched.policy import Policy
-from dora.sched.state import ABORTED, G_COMPLETE, G_RUNNING, G_TRAINING
 from dora.sim.bound import bound_samples_per_s
 from dora.sim.cluster import Cluster, ClusterSpec
 from dora.sim.config import SimConfig
@@ -126,16 +125,6 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
 
 
 def _log_leftovers(cluster: Cluster, policy: Policy) -> None:
-    """Rows for what the scheduler still holds at the end: one per live trajectory of each group
-    in flight, finished or training (trajectory -1 for a group not started yet)."""
     now = cluster.env.now
-    names = {G_RUNNING: "running", G_COMPLETE: "complete", G_TRAINING: "training"}
-    view = policy.view
-    for g in view.groups.values():
-        state = names.get(g.state)
-        if state is None:
-            continue
-        live = [tid for tid in g.trajs if view.trajs[tid].state != ABORTED]
-        for tid in live or [-1]:
-            cluster.log.add(now, "leftover", traj=tid, prompt_id=g.prompt_id, version=g.version, tokens=g.size,
-                            detail=state)
+    for tid, pid, version, size, state in policy.view.leftovers():
+        cluster.log.add(now, "leftover", traj=tid, prompt_id=pid, version=version, tokens=size, detail=state)

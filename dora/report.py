@@ -1,4 +1,4 @@
-"""The five-policy table and the --json output of `python -m dora.sim`."""
+"""The policy table and the --json output of `python -m dora.sim` and `python -m dora.exec`."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ _FORMATS = {
     "c2_duplicated": "{}", "c3_violations": "{}", "migrations": "{:,}", "reprefill_tokens": "{:,}",
     "weight_loads": "{:,}", "trained_samples": "{:,}", "steps": "{}", "bound_samples_per_s": "{:.3f}",
     "bound_fraction": "{:.1%}", "speedup_vs_sync": "{:.2f}x", "sim_time_s": "{:,.0f}", "sim_wall_s": "{:.1f}",
-    "events": "{:,}",
+    "events": "{:,}", "reward_final": "{:.3f}", "wall_s": "{:.1f}",
 }
 ROWS = ("e2e_samples_per_s", "speedup_vs_sync", "bound_fraction") + tuple(
     m for m in METRIC_NAMES if m != "e2e_samples_per_s") + ("bound_samples_per_s", "sim_time_s", "sim_wall_s", "events")
+EXEC_ROWS = ("e2e_samples_per_s", "speedup_vs_sync") + tuple(m for m in METRIC_NAMES if m != "e2e_samples_per_s") + (
+    "reward_final", "wall_s")
 
 
 def add_ratios(runs: list[dict]) -> None:
@@ -29,16 +31,16 @@ def add_ratios(runs: list[dict]) -> None:
         m["speedup_vs_sync"] = m["e2e_samples_per_s"] / base if base else float("nan")
 
 
-def table(runs: list[dict], title: str = "") -> str:
+def table(runs: list[dict], title: str = "", rows: tuple[str, ...] = ROWS) -> str:
     names = [r["policy"] for r in runs]
-    w0 = max(len(k) for k in ROWS) + 2
+    w0 = max(len(k) for k in rows) + 2
     w = max(12, max(len(n) for n in names) + 2)
     lines = []
     if title:
         lines.append(title)
     lines.append("metric".ljust(w0) + "".join(n.rjust(w) for n in names))
     lines.append("-" * (w0 + w * len(names)))
-    for k in ROWS:
+    for k in rows:
         cells = []
         for r in runs:
             v = r["metrics"].get(k)

@@ -1,0 +1,91 @@
+"""Typed configs of the executor's trainer and task (built with dora.config.build; YAML/--set)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dora.errors import InputError
+
+
+@dataclass
+class LossConfig:
+    clip_low: float = 0.2            # PPO epsilon below 1
+    clip_high: float = 0.28          # PPO epsilon above 1 (clip-higher, DAPO)
+    correction: Literal["tis", "mask", "off"] = "tis"   # see dora.exec.losses
+    is_cap: float = 2.0              # C: truncation cap of pi_prox / pi_behav
+    adv_eps: float = 1e-6            # std epsilon of the GRPO advantages
+    scale_adv_by_std: bool = True    # False: advantages are reward - group mean
+
+    def validate(self) -> None:
+        if not (0 <= self.clip_low < 1):
+            raise InputError(f"clip_low: must be in [0, 1), got {self.clip_low}")
+        if self.clip_high < 0:
+            raise InputError(f"clip_high: must be >= 0, got {self.clip_high}")
+        if self.is_cap <= 0:
+            raise InputError(f"is_cap: must be > 0, got {self.is_cap}")
+        if self.adv_eps <= 0:
+            raise InputError(f"adv_eps: must be > 0, got {self.adv_eps}")
+
+
+@dataclass
+class TrainerConfig:
+    lr: float = 1e-4                 # AdamW learning rate (tiny model; 1e-3 collapsed it; ~1e-6 for 7B)
+    warmup_steps: int = 10           # linear lr warm-up (Adam's first steps are large otherwise)
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0           # max global grad norm (0: off)
+    micro_batch_tokens: int = 8192   # token budget per forward/backward (dynamic micro-batching)
+    minibatches: int = 1             # optimizer steps per training batch
+    ppo_epochs: int = 1              # passes over the batch
+    loss: LossConfig = field(default_factory=LossConfig)
+    device: str = "auto"             # auto | cpu | cuda
+    bf16: bool = True                # bf16 autocast on CUDA (CPU is always fp32)
+    gradient_checkpointing: bool = False  # recompute activations (large models on GPU)
+    seed: int = 0
+    threads: int = 0                 # torch CPU threads (0: torch's default); 1 when engines share the cores
+
+    def validate(self) -> None:
+        if self.threads < 0:
+            raise InputError(f"threads: must be >= 0, got {self.threads}")
+        if self.lr <= 0:
+            raise InputError(f"lr: must be > 0, got {self.lr}")
+        if self.warmup_steps < 0:
+            raise InputError(f"warmup_steps: must be >= 0, got {self.warmup_steps}")
+        if self.weight_decay < 0:
+            raise InputError(f"weight_decay: must be >= 0, got {self.weight_decay}")
+        if self.grad_clip < 0:
+            raise InputError(f"grad_clip: must be >= 0, got {self.grad_clip}")
+        if self.micro_batch_tokens < 1:
+            raise InputError(f"micro_batch_tokens: must be >= 1, got {self.micro_batch_tokens}")
+        if self.minibatches < 1 or self.ppo_epochs < 1:
+            raise InputError(f"minibatches and ppo_epochs: must be >= 1, got {self.minibatches}, {self.ppo_epochs}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise InputError(f"device: {self.device!r} is not one of 'auto', 'cpu', 'cuda'")
+
+
+@dataclass
+class TaskConfig:
+    dataset: str = "count"           # "count" (built-in synthetic) or a .parquet/.jsonl path
+    reward: str = "auto"             # a name in dora.exec.rewards.REWARDS; auto: count for count, else math
+    num_prompts: int = 4096          # prompts generated for the synthetic task
+    seed: int = 0
+    median_span: float = 8.0         # count task: median of the numbers to list
+    sigma: float = 1.0               # count task: log-normal sigma of the span
+    max_span: int = 100              # count task: longest span
+    max_low: int = 0                 # count task: low end uniform in [0, max_low]
+    descending: bool = True          # count task: count down from the high end (else up)
+    max_new_tokens: int = 512        # generation cap
+
+    def validate(self) -> None:
+        if self.num_prompts < 1:
+            raise InputError(f"num_prompts: must be >= 1, got {self.num_prompts}")
+        if self.max_new_tokens < 1:
+            raise InputError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+        if self.median_span < 1 or self.max_span < 1 or self.sigma < 0 or self.max_low < 0:
+            raise InputError("median_span, max_span: must be >= 1; sigma, max_low: must be >= 0")
+
+    def reward_name(self) -> str:
+        if self.reward != "auto":
+            return self.reward
+        return "count" if self.dataset == "count" else "math"

@@ -1,0 +1,472 @@
+"""The rollout-engine interface shared by the vLLM and transformers backends.
+
+An engine serves one policy version at a time. The caller (a Ray actor driven by the
+orchestrator, or a test) submits `GenRequest`s, polls `GenResult`s as they finish one by
+one, aborts requests (getting back what they generated so far, to resume elsewhere), and
+loads new versions in-process. Every generated token carries the version that sampled it.
+
+All public methods are thread-safe and synchronous; each backend runs its own generation
+thread. Logprobs are those of the sampled token under the model's raw distribution
+(log_softmax of the unprocessed logits: temperature 1, no top-p), which is what the
+trainer recomputes.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping
+
+from dora.errors import InputError
+
+FinishReason = Literal["stop", "length", "abort"]
+LoadMode = Literal["drain", "interrupt"]
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling knobs. temperature 0 = greedy. seed: a per-request RNG stream; None = the engine's own
+    RNG (seeded by EngineConfig.seed; reproducible on hf, batch-dependent on vLLM)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def validate(self) -> None:
+        if not self.temperature >= 0:
+            raise InputError(f"sampling.temperature: must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise InputError(f"sampling.top_p: must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class GenRequest:
+    """One trajectory to generate under `version`.
+
+    For a resumed (migrated or interrupted) trajectory, `generated_ids` / `generated_logprobs` /
+    `generated_versions` carry what was already generated; the engine re-prefills
+    prompt + generated and continues up to `max_new_tokens` in total.
+    """
+
+    request_id: str
+    prompt_ids: list[int]
+    max_new_tokens: int
+    version: int
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    generated_ids: list[int] = field(default_factory=list)
+    generated_logprobs: list[float] = field(default_factory=list)
+    generated_versions: list[int] = field(default_factory=list)
+    reprefill_tokens: int = 0  # re-prefill already paid by earlier resumes (carried along)
+    stop_token_ids: tuple[int, ...] | None = None  # None: the engine's (the model's eos ids)
+
+    def validate(self) -> None:
+        where = f"request {self.request_id!r}"
+        if not self.prompt_ids:
+            raise InputError(f"{where}: prompt_ids is empty; a prompt needs at least one token")
+        if self.max_new_tokens < 1:
+            raise InputError(f"{where}: max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        n = len(self.generated_ids)
+        if len(self.generated_logprobs) != n or len(self.generated_versions) != n:
+            raise InputError(f"{where}: generated_ids/logprobs/versions have lengths {n}/"
+                             f"{len(self.generated_logprobs)}/{len(self.generated_versions)}; they must match")
+        if n >= self.max_new_tokens:
+            raise InputError(f"{where}: already has {n} generated tokens, max_new_tokens is {self.max_new_tokens}; "
+                             "nothing left to generate")
+        self.sampling.validate()
+
+    @classmethod
+    def resume(cls, partial: "GenResult", max_new_tokens: int, sampling: SamplingConfig,
+               version: int | None = None, stop_token_ids: tuple[int, ...] | None = None) -> "GenRequest":
+        """The request that continues an aborted result (same version unless one is given)."""
+        return cls(request_id=partial.request_id, prompt_ids=list(partial.prompt_ids),
+                   max_new_tokens=max_new_tokens, version=partial.version if version is None else version,
+                   sampling=sampling, generated_ids=list(partial.token_ids),
+                   generated_logprobs=list(partial.logprobs), generated_versions=list(partial.versions),
+                   reprefill_tokens=partial.reprefill_tokens, stop_token_ids=stop_token_ids)
+
+
+@dataclass
+class GenResult:
+    """A finished or aborted trajectory: every generated token (resumed prefix included),
+    its raw logprob and the version that sampled it."""
+
+    request_id: str
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    finish_reason: FinishReason
+    version: int  # the version the request was running under
+    reprefill_tokens: int = 0  # prompt + generated tokens re-prefilled by resumes (total)
+    t_submit: float = 0.0  # time.time() stamps on the serving engine
+    t_first_token: float = 0.0
+    t_finish: float = 0.0
+    error: str = ""  # set when the engine failed under this request (finish_reason 'abort')
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine knobs (YAML-loadable via dora.config). `model` is a local directory or hub id."""
+
+    model: str = ""
+    backend: Literal["vllm", "hf"] = "vllm"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N (hf); vllm picks its platform itself
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_num_seqs: int = 64  # concurrent sequences
+    max_model_len: int = 2048  # prompt + generated tokens
+    seed: int = 0
+    initial_version: int = 0
+    stop_token_ids: tuple[int, ...] | None = None  # None: the model's eos ids (config/generation_config)
+    cpu_threads: int = 0  # hf on CPU: torch.set_num_threads for the (whole) process; 0 = leave torch's default
+    # vllm only
+    kv_cache_bytes: int = 256 * 1024 * 1024  # KV cache memory on CPU (vLLM's kv_cache_memory_bytes)
+    gpu_memory_utilization: float = 0.85  # GPU share for vLLM (weights + KV)
+    enforce_eager: bool = True  # no torch.compile / CUDA graphs: fast start-up
+    enable_prefix_caching: bool = True
+
+    def validate(self) -> None:
+        if not self.model:
+            raise InputError("engine.model: empty; pass a local checkpoint directory or a hub id")
+        if self.max_num_seqs < 1:
+            raise InputError(f"engine.max_num_seqs: must be >= 1, got {self.max_num_seqs}")
+        if self.max_model_len < 2:
+            raise InputError(f"engine.max_model_len: must be >= 2, got {self.max_model_len}")
+        if self.cpu_threads < 0:
+            raise InputError(f"engine.cpu_threads: must be >= 0, got {self.cpu_threads}")
+        if self.kv_cache_bytes < 1:
+            raise InputError(f"engine.kv_cache_bytes: must be >= 1, got {self.kv_cache_bytes}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise InputError(f"engine.gpu_memory_utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
+
+
+class EngineBusyError(RuntimeError):
+    """A 'drain' load was asked while requests of the current version still run."""
+
+
+@dataclass
+class EngineStats:
+    """Timings for simulator calibration, appended by the engine as it runs.
+
+    steps: one row per engine step: (t_s, running, ctx_tokens, prefill_tokens, decode_tokens, dt_s);
+      t_s is time.time() at the end of the step, running the sequences in the batch, ctx_tokens
+      their total context. vllm: dt_s is the time since the previous iteration (-1 after an idle
+      gap) and covers the prefill chunks scheduled in it (prefill_tokens); hf: dt_s is the decode
+      forward + sampling alone, prefill_tokens were prefilled just before it (see prefills).
+    prefills: (t_s, sequences, tokens, dt_s) per prefill batch (hf backend only).
+    weight_loads: (t_s, version, kind, seconds) with kind 'tensors' | 'checkpoint'.
+    """
+
+    backend: str = ""
+    startup_s: float = 0.0
+    steps: list[tuple[float, int, int, int, int, float]] = field(default_factory=list)
+    prefills: list[tuple[float, int, int, float]] = field(default_factory=list)
+    weight_loads: list[tuple[float, int, str, float]] = field(default_factory=list)
+    generated_tokens: int = 0
+    reprefill_tokens: int = 0
+    finished: int = 0
+    aborted: int = 0
+
+    max_rows: int = 200_000  # cap on steps/prefills kept (oldest dropped)
+
+    def add_step(self, row: tuple[float, int, int, int, int, float]) -> None:
+        self.steps.append(row)
+        if len(self.steps) > self.max_rows:
+            del self.steps[: len(self.steps) - self.max_rows]
+
+    def add_prefill(self, row: tuple[float, int, int, float]) -> None:
+        self.prefills.append(row)
+        if len(self.prefills) > self.max_rows:
+            del self.prefills[: len(self.prefills) - self.max_rows]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class _Live:
+    """Book-keeping for a request the backend is running (shared by both backends)."""
+
+    req: GenRequest
+    version: int
+    token_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    reprefill: int
+    t_submit: float
+    t_first: float = 0.0
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.token_ids) - len(self.req.generated_ids)
+
+    def result(self, reason: FinishReason) -> GenResult:
+        return GenResult(request_id=self.req.request_id, prompt_ids=list(self.req.prompt_ids),
+                         token_ids=list(self.token_ids), logprobs=list(self.logprobs), versions=list(self.versions),
+                         finish_reason=reason, version=self.version, reprefill_tokens=self.reprefill,
+                         t_submit=self.t_submit, t_first_token=self.t_first, t_finish=time.time())
+
+
+def new_live(req: GenRequest, version: int) -> _Live:
+    """Start book-keeping; a resumed request pays re-prefill of prompt + generated tokens."""
+    reprefill = req.reprefill_tokens + (len(req.prompt_ids) + len(req.generated_ids) if req.generated_ids else 0)
+    return _Live(req=req, version=version, token_ids=list(req.generated_ids), logprobs=list(req.generated_logprobs),
+                 versions=list(req.generated_versions), reprefill=reprefill, t_submit=time.time())
+
+
+Tensors = Mapping[str, Any] | Iterable[tuple[str, Any]]
+
+
+class RolloutEngine(ABC):
+    """One rollout instance. Requests for a version not yet loaded wait until it is.
+
+    Locks: `_lock` serialises the control calls (submit/abort/load); `_book` guards the
+    request table and stats and is never held while waiting. Generation threads take only
+    `_book`, so a control call may wait on them without deadlock.
+    """
+
+    backend: str = ""
+
+    def __init__(self, cfg: EngineConfig):
+        cfg.validate()
+        self.cfg = cfg
+        self._lock = threading.RLock()
+        self._book = threading.Lock()
+        self._done: "queue.Queue[GenResult]" = queue.Queue()
+        self._held: dict[str, GenRequest] = {}  # waiting for their version to be loaded
+        self._reqs: dict[str, GenRequest] = {}  # running or held, by id
+        self._version = cfg.initial_version
+        self.stats = EngineStats(backend=self.backend)
+        self._closed = False
+
+    # ---------------------------------------------------------------- public API
+    @property
+    def version(self) -> int:
+        """The loaded version."""
+        return self._version
+
+    def submit(self, req: GenRequest) -> None:
+        """Queue a request. Its version must be the loaded one or a later one (then it waits)."""
+        req.validate()
+        budget = len(req.prompt_ids) + req.max_new_tokens
+        if budget > self.cfg.max_model_len:
+            raise InputError(f"request {req.request_id!r}: prompt ({len(req.prompt_ids)}) + max_new_tokens "
+                             f"({req.max_new_tokens}) = {budget} exceeds engine max_model_len {self.cfg.max_model_len}")
+        with self._lock:
+            self._check_open()
+            with self._book:
+                if req.request_id in self._reqs:
+                    raise ValueError(f"request {req.request_id!r} is already running or queued on this engine")
+                if req.version < self._version:
+                    raise ValueError(f"request {req.request_id!r} wants version {req.version} but this engine has "
+                                     f"version {self._version} loaded; versions only move forward")
+                self._reqs[req.request_id] = req
+                if req.version != self._version:
+                    self._held[req.request_id] = req
+                    return
+            self._start(req)
+
+    def submit_many(self, reqs: Iterable[GenRequest]) -> None:
+        for r in reqs:
+            self.submit(r)
+
+    def poll(self, timeout: float = 0.0, max_results: int | None = None) -> list[GenResult]:
+        """Results finished since the last poll (waits up to `timeout` s for the first one)."""
+        out: list[GenResult] = []
+        try:
+            out.append(self._done.get(timeout=timeout) if timeout > 0 else self._done.get_nowait())
+        except queue.Empty:
+            return out
+        while max_results is None or len(out) < max_results:
+            try:
+                out.append(self._done.get_nowait())
+            except queue.Empty:
+                break
+        return out
+
+    def abort(self, request_id: str) -> GenResult | None:
+        """Stop a request and return what it generated so far (finish_reason 'abort').
+
+        None if the engine does not know the id (or it already finished: poll() has it)."""
+        with self._lock:
+            with self._book:
+                held = self._held.pop(request_id, None)
+                if held is not None:
+                    del self._reqs[request_id]
+                    self.stats.aborted += 1
+                    return new_live(held, held.version).result("abort")
+                req = self._reqs.get(request_id)
+            if req is None:
+                return None
+            res = self._abort(request_id)
+            if res is not None:
+                self._count_stopped(req, res, aborted=True)
+            return res
+
+    def peek(self, request_id: str) -> GenResult | None:
+        """A snapshot of a running request (finish_reason 'abort' as a placeholder), None if unknown."""
+        live = self._live_of(request_id)
+        return None if live is None else live.result("abort")
+
+    def running_ids(self) -> list[str]:
+        """Requests running or waiting for their version."""
+        with self._book:
+            return sorted(self._reqs)
+
+    def num_running(self) -> int:
+        with self._book:
+            return len(self._reqs) - len(self._held)
+
+    def load_weights(self, version: int, tensors: Tensors, mode: LoadMode = "drain") -> float:
+        """Load `version` from named tensors in memory (HF names, as the trainer's state_dict).
+        Returns the seconds the load took."""
+        items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
+        if not items:
+            raise InputError(f"load_weights(version={version}): no tensors given")
+        return self._load(version, "tensors", items, mode)
+
+    def load_checkpoint(self, version: int, path: str | Path, mode: LoadMode = "drain") -> float:
+        """Load `version` from a HF checkpoint directory (safetensors). Returns seconds."""
+        p = Path(path)
+        if not p.is_dir() or not any(p.glob("*.safetensors")):
+            raise InputError(f"load_checkpoint(version={version}): {p} is not a directory with *.safetensors files")
+        return self._load(version, "checkpoint", str(p.resolve()), mode)
+
+    def get_stats(self) -> dict[str, Any]:
+        with self._book:
+            d = self.stats.to_dict()
+        d["version"] = self._version
+        return d
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._shutdown()
+
+    def __enter__(self) -> "RolloutEngine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- shared machinery
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self.backend} engine is closed")
+
+    def _count_stopped(self, req: GenRequest, res: GenResult, aborted: bool) -> None:
+        with self._book:
+            self._reqs.pop(req.request_id, None)
+            self.stats.generated_tokens += len(res.token_ids) - len(req.generated_ids)
+            self.stats.reprefill_tokens += res.reprefill_tokens - req.reprefill_tokens
+            if aborted:
+                self.stats.aborted += 1
+            else:
+                self.stats.finished += 1
+
+    def _finish(self, live: _Live, reason: FinishReason) -> None:
+        """Backends call this (from their generation thread) when a request ends by itself."""
+        res = live.result(reason)
+        self._count_stopped(live.req, res, aborted=False)
+        self._done.put(res)
+
+    def _load(self, version: int, kind: str, payload: Any, mode: LoadMode) -> float:
+        if mode not in ("drain", "interrupt"):
+            raise InputError(f"load mode {mode!r}: not one of 'drain', 'interrupt' "
+                             "('add', several versions per instance, is not supported by these backends)")
+        with self._lock:
+            self._check_open()
+            if version <= self._version:
+                raise ValueError(f"load version {version}: engine already has version {self._version}; "
+                                 "versions only move forward")
+            with self._book:
+                running = [r for i, r in self._reqs.items() if i not in self._held]
+            if running and mode == "drain":
+                raise EngineBusyError(f"load version {version} (drain): {len(running)} requests of version "
+                                      f"{self._version} still run; abort/migrate them or use mode='interrupt'")
+            resumed: list[GenRequest] = []
+            for orig in running:  # interrupt: pause, drop KV, continue under the new version
+                part = self._abort(orig.request_id)
+                if part is None:  # finished meanwhile: poll() has it
+                    continue
+                self._count_stopped(orig, part, aborted=False)
+                self.stats.finished -= 1  # an interruption is neither a finish nor an abort
+                resumed.append(GenRequest.resume(part, max_new_tokens=orig.max_new_tokens, sampling=orig.sampling,
+                                                 version=version, stop_token_ids=orig.stop_token_ids))
+            t0 = time.perf_counter()
+            if kind == "tensors":
+                self._load_tensors(payload)
+            else:
+                self._load_path(payload)
+            dt = time.perf_counter() - t0
+            with self._book:
+                self._version = version
+                self.stats.weight_loads.append((time.time(), version, kind, dt))
+                start = list(resumed)
+                for req in resumed:
+                    self._reqs[req.request_id] = req
+                for rid, req in list(self._held.items()):
+                    if req.version <= version:
+                        del self._held[rid]
+                        if req.version == version:
+                            start.append(req)
+                        else:  # can never run here: hand it back as aborted
+                            del self._reqs[rid]
+                            self.stats.aborted += 1
+                            self._done.put(new_live(req, req.version).result("abort"))
+            for req in start:
+                self._start(req)
+            return dt
+
+    # ---------------------------------------------------------------- backend primitives
+    @abstractmethod
+    def _start(self, req: GenRequest) -> None:
+        """Begin generating (the request's version is loaded). Must not block on generation."""
+
+    @abstractmethod
+    def _live_of(self, request_id: str) -> _Live | None:
+        """The book-keeping of a running or queued request (read-only use)."""
+
+    @abstractmethod
+    def _abort(self, request_id: str) -> GenResult | None:
+        """Stop a running request; its partial result, or None if unknown/finished."""
+
+    @abstractmethod
+    def _load_tensors(self, items: list[tuple[str, Any]]) -> None:
+        """Replace the weights in place from (HF name, tensor) pairs; no request is running."""
+
+    @abstractmethod
+    def _load_path(self, path: str) -> None:
+        """Replace the weights in place from a checkpoint directory; no request is running."""
+
+    @abstractmethod
+    def _shutdown(self) -> None:
+        """Stop the generation thread and free the model."""
+
+
+def model_stop_ids(model: str) -> tuple[int, ...]:
+    """eos ids from a checkpoint's generation_config.json / config.json (local dir or hub id)."""
+    from transformers import AutoConfig, GenerationConfig
+
+    ids: list[int] = []
+    try:
+        gc = GenerationConfig.from_pretrained(model)
+        eos = gc.eos_token_id
+        ids += [eos] if isinstance(eos, int) else list(eos or [])
+    except OSError:
+        pass
+    if not ids:
+        eos = AutoConfig.from_pretrained(model).eos_token_id
+        ids += [eos] if isinstance(eos, int) else list(eos or [])
+    if not ids:
+        raise InputError(f"model {model}: no eos_token_id in generation_config.json or config.json; "
+                         "set engine.stop_token_ids")
+    return tuple(dict.fromkeys(int(i) for i in ids))

@@ -1,0 +1,77 @@
+"""Configuration of a real run (`python -m dora.exec`): typed, YAML-loadable, `--set` overridable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dora.errors import InputError
+from dora.exec.config import TaskConfig, TrainerConfig
+from dora.sched.config import POLICY_NAMES, PolicyConfig, SyncConfig, check_run  # noqa: F401
+
+
+
+def _exec_policy() -> PolicyConfig:
+    # engines and trainer are separate processes here: sync is disaggregated (no device time-sharing)
+    return PolicyConfig(eta=2, batch_size=4, group_size=4, sync=SyncConfig(colocated=False))
+
+
+@dataclass
+class RolloutConfig:
+    """Rollout instances: one engine (one device, or a share of the CPU) each."""
+
+    instances: int = 2
+    backend: str = "vllm"  # vllm | hf
+    device: str = "auto"  # hf: auto | cpu | cuda (vLLM picks its platform itself)
+    max_num_seqs: int = 32  # decode slots per instance
+    max_model_len: int = 1024
+    dtype: str = "float32"
+    temperature: float = 1.0
+    cpu_threads: int = 1  # hf on CPU: torch threads per engine process
+    kv_cache_bytes: int = 64 * 1024 * 1024  # vllm on CPU
+    weight_sync: str = "tensors"  # tensors (in-memory, via the Ray object store) | checkpoint (a directory)
+
+    def validate(self) -> None:
+        if self.instances < 1:
+            raise InputError(f"instances: must be >= 1 rollout instance, got {self.instances}")
+        if self.backend not in ("vllm", "hf"):
+            raise InputError(f"backend: {self.backend!r} is not one of 'vllm', 'hf'")
+        if self.max_num_seqs < 1:
+            raise InputError(f"max_num_seqs: must be >= 1, got {self.max_num_seqs}")
+        if self.weight_sync not in ("tensors", "checkpoint"):
+            raise InputError(f"weight_sync: {self.weight_sync!r} is not one of 'tensors', 'checkpoint'")
+        if not self.temperature > 0:
+            raise InputError(f"temperature: must be > 0 for RL sampling, got {self.temperature}")
+
+
+@dataclass
+class ExecConfig:
+    model: str = ""  # local HF checkpoint directory or hub id
+    policies: list[str] = field(default_factory=lambda: ["dora"])
+    steps: int = 3  # trainer steps (versions published)
+    seed: int = 0
+    out: str = "out/exec"  # checkpoints, per-step CSV, weight snapshots
+    ray_address: str = ""  # join an existing Ray cluster; empty: start a local one
+    runtime: str = "ray"  # ray | local (every actor in this process: machines without Ray)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    policy: PolicyConfig = field(default_factory=_exec_policy)
+
+    def validate(self) -> None:
+        if not self.model:
+            raise InputError("model: missing; pass --model DIR (build one: python -m dora.exec.tiny_model --out DIR) "
+                             "or a hub id")
+        check_run(self.policies, self.steps, self.policy)
+        if self.runtime not in ("ray", "local"):
+            raise InputError(f"runtime: {self.runtime!r} is not one of 'ray', 'local'")
+        if self.policy.group_size < 1:
+            raise InputError(f"policy.group_size: must be >= 1 sample per prompt, got {self.policy.group_size}")
+        if self.policy.dora.versions_per_instance > 1:
+            raise InputError("policy.dora.versions_per_instance: the vLLM and hf engines serve one version at a "
+                             "time; use 1 (several versions per instance exist in the simulator only)")
+        if self.policy.dora.elastic_trainer:
+            raise InputError("policy.dora.elastic_trainer: not available in the executor yet (simulator only); "
+                             "set it to false")
+        if self.policy.sync.colocated:
+            raise InputError("policy.sync.colocated: the executor runs engines and trainer as separate processes; "
+                             "set it to false")

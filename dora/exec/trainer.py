@@ -1,0 +1,481 @@
+"""The RL trainer: an HF causal LM trained with GRPO advantages and the decoupled PPO loss.
+
+  trainer = Trainer(model_path, TrainerConfig())
+  stats = trainer.step(batch)          # batch: list[Trajectory] from the engines
+  weights = trainer.state_dict_for_publish()
+
+fp32 on CPU. On CUDA: bf16 autocast over fp32 weights on one device; with torch.distributed
+initialised and world size > 1, FSDP2 (`fully_shard` per decoder layer, bf16 params, fp32
+reductions), each rank taking every world_size-th trajectory.
+Also here: `sft_warm_start` (supervised pass on the count task, used by dora.exec.tiny_model)
+and `hf_rollout` (sampling with transformers generate, for tests and measurements).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from dora.errors import InputError
+from dora.exec.config import TrainerConfig
+from dora.exec.logprobs import forward_logprobs, sequence_logprobs, token_budget_batches
+from dora.exec.losses import add_sums, grpo_advantages, ppo_loss, summarize
+
+
+@dataclass
+class Trajectory:
+    """One sampled response, as the engine returns it."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    behaviour_logprobs: list[float]   # engine logprob of each response token
+    version: int                      # policy version that generated every token (C1)
+    group_id: int                     # GRPO group (prompt) id
+    reward: float
+    trajectory_id: int = -1
+    finish_reason: str = "stop"
+
+
+def _validate_batch(batch: list[Trajectory]) -> None:
+    if not batch:
+        raise ValueError("training batch is empty")
+    for i, t in enumerate(batch):
+        if not t.prompt_ids or not t.response_ids:
+            raise ValueError(f"trajectory {i} (id {t.trajectory_id}): empty prompt or response")
+        if len(t.behaviour_logprobs) != len(t.response_ids):
+            raise ValueError(f"trajectory {i} (id {t.trajectory_id}): {len(t.behaviour_logprobs)} behaviour "
+                             f"logprobs for {len(t.response_ids)} response tokens")
+        if not math.isfinite(t.reward):
+            raise ValueError(f"trajectory {i} (id {t.trajectory_id}): reward {t.reward} is not finite")
+
+
+def _dist_world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+@dataclass
+class StalenessRecord:
+    """Staleness of the trajectories consumed by one trainer step (trainer version - generating version)."""
+
+    trainer_version: int
+    count: int
+    mean: float
+    max: int
+    histogram: dict[int, int] = field(default_factory=dict)
+
+
+class Trainer:
+    """Holds the policy, its optimizer and its version; `step` trains on one batch."""
+
+    def __init__(self, model_path: str | Path, cfg: TrainerConfig | None = None, *, version: int = 0):
+        from transformers import AutoModelForCausalLM
+
+        self.cfg = cfg or TrainerConfig()
+        self.model_path = str(model_path)
+        self.rank, self.world = _dist_world()
+        if self.cfg.device == "auto":
+            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            self.device = torch.device(self.cfg.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise InputError("trainer device 'cuda': no CUDA device is available; use device=cpu")
+        if self.device.type == "cuda" and self.world > 1:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        if self.cfg.threads > 0:
+            torch.set_num_threads(self.cfg.threads)
+        torch.manual_seed(self.cfg.seed)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+        except OSError as e:
+            raise InputError(f"model {self.model_path}: cannot load ({e}); pass a local checkpoint directory "
+                             "or a hub id") from None
+        self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        if self.cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        model.to(self.device)
+        self.fsdp = self.world > 1
+        if self.fsdp:
+            if self.device.type != "cuda":
+                raise InputError("FSDP2 needs CUDA devices (world size > 1 on CPU is not supported)")
+            self._shard(model)
+        self.model = model
+        self.model.train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr, betas=tuple(self.cfg.betas),
+                                           weight_decay=self.cfg.weight_decay)
+        self.version = version
+        self.steps = 0
+        self.staleness: list[StalenessRecord] = []
+
+    # --- device / precision -------------------------------------------------------------
+
+    def _shard(self, model: torch.nn.Module) -> None:
+        """FSDP2: shard each decoder layer, then the root; bf16 compute, fp32 gradient reduction."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if self.cfg.bf16 else torch.float32,
+                                  reduce_dtype=torch.float32)
+        for layer in model.model.layers:
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+
+    def _autocast(self):
+        if self.device.type == "cuda" and self.cfg.bf16 and not self.fsdp:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # --- training -----------------------------------------------------------------------
+
+    def _micro_batches(self, items: list[Trajectory]) -> list[list[int]]:
+        lengths = [len(t.prompt_ids) + len(t.response_ids) for t in items]
+        return token_budget_batches(lengths, self.cfg.micro_batch_tokens)
+
+    def _sync_count(self, n: int, op) -> int:
+        if not self.fsdp:
+            return n
+        t = torch.tensor([n], device=self.device, dtype=torch.float64)
+        torch.distributed.all_reduce(t, op=op)
+        return int(t.item())
+
+    @torch.no_grad()
+    def proximal_logprobs(self, batch: list[Trajectory]) -> list[torch.Tensor]:
+        """Log-probs of each response under the current weights (pi_prox), fp32 on the device."""
+        self.model.eval()
+        out: list[torch.Tensor | None] = [None] * len(batch)
+        mbs = self._micro_batches(batch)
+        n_mb = self._sync_count(len(mbs), torch.distributed.ReduceOp.MAX if self.fsdp else None)
+        for k in range(n_mb):
+            mb = mbs[k] if k < len(mbs) else mbs[-1][:1]  # FSDP: every rank runs as many forwards
+            with self._autocast():
+                res = forward_logprobs(self.model, [batch[i].prompt_ids + batch[i].response_ids for i in mb],
+                                       [len(batch[i].prompt_ids) for i in mb])
+            if k < len(mbs):
+                for i, lp in zip(mb, res):
+                    out[i] = lp.float()
+        self.model.train()
+        return out  # type: ignore[return-value]
+
+    def _prepare(self, batch: list[Trajectory]):
+        """Advantages (whole batch), this rank's trajectories, their proximal and behaviour logprobs."""
+        lc = self.cfg.loss
+        rewards = torch.tensor([t.reward for t in batch], dtype=torch.float32)
+        groups = torch.tensor([t.group_id for t in batch], dtype=torch.long)
+        adv = grpo_advantages(rewards, groups, eps=lc.adv_eps, scale_by_std=lc.scale_adv_by_std)
+        local = list(range(self.rank, len(batch), self.world))  # this rank's trajectories
+        mine = [batch[i] for i in local]
+        prox = self.proximal_logprobs(mine)
+        behav = [torch.tensor(t.behaviour_logprobs, dtype=torch.float32, device=self.device) for t in mine]
+        return rewards, adv[local], mine, prox, behav
+
+    def _backward(self, mine: list[Trajectory], items: list[int], adv: torch.Tensor,
+                  prox: list[torch.Tensor], behav: list[torch.Tensor]) -> tuple[dict[str, float], int]:
+        """Accumulate gradients of the loss over trajectories `items` (indices into mine), packed into
+        micro-batches of <= micro_batch_tokens; the loss is a token mean over all of them."""
+        lc = self.cfg.loss
+        op = torch.distributed.ReduceOp
+        tokens = self._sync_count(sum(len(mine[i].response_ids) for i in items), op.SUM if self.fsdp else None)
+        micro = [[items[j] for j in m] for m in self._micro_batches([mine[i] for i in items])]
+        n_micro = self._sync_count(len(micro), op.MAX if self.fsdp else None)
+        sums: dict[str, float] = {}
+        for k in range(n_micro):
+            dummy = k >= len(micro)  # FSDP: every rank runs as many forward/backward passes
+            mb = micro[k] if not dummy else micro[-1][:1]
+            with self._autocast():
+                logp = forward_logprobs(self.model, [mine[i].prompt_ids + mine[i].response_ids for i in mb],
+                                        [len(mine[i].prompt_ids) for i in mb])
+            logp_flat = torch.cat(logp).float()
+            adv_flat = torch.cat([adv[i].expand(len(mine[i].response_ids)) for i in mb]).to(self.device)
+            loss, s = ppo_loss(logp_flat, torch.cat([prox[i] for i in mb]), torch.cat([behav[i] for i in mb]),
+                               adv_flat, torch.ones_like(logp_flat), clip_low=lc.clip_low, clip_high=lc.clip_high,
+                               correction=lc.correction, is_cap=lc.is_cap, denom=tokens)
+            if self.fsdp:
+                loss = loss * self.world  # FSDP averages gradients over ranks; the loss is a global token mean
+            if dummy:
+                loss = loss * 0.0
+            else:
+                add_sums(sums, s)
+            loss.backward()
+        return sums, n_micro
+
+    def accumulate_gradients(self, batch: list[Trajectory]) -> dict[str, float]:
+        """Zero the gradients, then accumulate those of the whole batch as one minibatch (no optimizer
+        step, version unchanged). For tests and inspection; `step` does the same per minibatch."""
+        _validate_batch(batch)
+        _, adv, mine, prox, behav = self._prepare(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        sums, _ = self._backward(mine, list(range(len(mine))), adv, prox, behav)
+        return summarize(sums)
+
+    def step(self, batch: list[Trajectory]) -> dict[str, float]:
+        """One training step on a batch of trajectories: returns statistics; version += 1.
+
+        Staleness of each trajectory = trainer version now - generating version (recorded)."""
+        _validate_batch(batch)
+        t0 = time.perf_counter()
+        record = self._record_staleness(batch)
+        rewards, adv, mine, prox, behav = self._prepare(batch)
+        order = list(range(len(mine)))
+        random.Random(self.cfg.seed + self.steps).shuffle(order)
+        minibatches = [sorted(order[k :: self.cfg.minibatches]) for k in range(self.cfg.minibatches)]
+        sums: dict[str, float] = {}
+        grad_norms = []
+        micro_count = 0
+        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        lr = self.current_lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        for _epoch in range(self.cfg.ppo_epochs):
+            for items in minibatches:
+                self.optimizer.zero_grad(set_to_none=True)
+                s, n = self._backward(mine, items, adv, prox, behav)
+                add_sums(sums, s)
+                micro_count += n
+                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)))
+                self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        self.steps += 1
+        stats = summarize(sums)
+        n_resp = sum(len(t.response_ids) for t in batch)
+        stats.update(
+            version=float(self.version), trajectories=float(len(batch)),
+            reward_mean=float(rewards.mean()), reward_std=float(rewards.std()) if len(batch) > 1 else 0.0,
+            adv_abs_mean=float(adv.abs().mean()), grad_norm=max(grad_norms), micro_batches=float(micro_count),
+            response_tokens=float(n_resp), response_len_mean=n_resp / len(batch),
+            staleness_mean=record.mean, staleness_max=float(record.max), lr=lr,
+            step_time_s=time.perf_counter() - t0)
+        return stats
+
+    def current_lr(self) -> float:
+        """Learning rate of the next step: linear warm-up over warmup_steps, then constant."""
+        if self.cfg.warmup_steps <= 0:
+            return self.cfg.lr
+        return self.cfg.lr * min(1.0, (self.steps + 1) / self.cfg.warmup_steps)
+
+    def _record_staleness(self, batch: list[Trajectory]) -> StalenessRecord:
+        hist: dict[int, int] = {}
+        for t in batch:
+            s = self.version - t.version
+            if s < 0:
+                raise ValueError(f"trajectory {t.trajectory_id}: generated by version {t.version}, newer than the "
+                                 f"trainer's {self.version}")
+            hist[s] = hist.get(s, 0) + 1
+        n = len(batch)
+        rec = StalenessRecord(self.version, n, sum(k * v for k, v in hist.items()) / n, max(hist),
+                              dict(sorted(hist.items())))
+        self.staleness.append(rec)
+        return rec
+
+    def staleness_metrics(self) -> dict[str, float]:
+        """staleness_mean / staleness_max over all trajectories trained so far."""
+        n = sum(r.count for r in self.staleness)
+        if not n:
+            return {"staleness_mean": 0.0, "staleness_max": 0.0}
+        return {"staleness_mean": sum(r.mean * r.count for r in self.staleness) / n,
+                "staleness_max": float(max(r.max for r in self.staleness))}
+
+    # --- weights out --------------------------------------------------------------------
+
+    def _full_state_dict(self) -> dict[str, torch.Tensor]:
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return self.model.state_dict()
+
+    def state_dict_for_publish(self, device: str | torch.device = "cpu",
+                               dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """HF-named tensors of the current weights (a tied lm_head is left out, as in the checkpoint).
+
+        Under FSDP every rank must call this (it gathers); all ranks get the full tensors.
+        """
+        out = {}
+        for name, t in self._full_state_dict().items():
+            if self.tied and name == "lm_head.weight":
+                continue
+            t = t.detach()
+            out[name] = t.to(device=device, dtype=dtype or t.dtype).contiguous().clone()
+        return out
+
+    def save_weights(self, out_dir: str | Path) -> Path:
+        """Write config + safetensors (+ tokenizer files of the source model) loadable by vLLM and
+        transformers. Written to a temporary directory and renamed, so readers never see half a version."""
+        out = Path(out_dir)
+        state = self.state_dict_for_publish()
+        if self.rank != 0:
+            return out
+        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model = self.model
+        model.save_pretrained(str(tmp), state_dict=state, safe_serialization=True)
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                     "merges.txt", "generation_config.json", "chat_template.jinja"):
+            src = Path(self.model_path) / name
+            if src.is_file() and not (tmp / name).exists():
+                shutil.copy2(src, tmp / name)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+        return out
+
+    def save_checkpoint(self, out_dir: str | Path) -> Path:
+        """Model weights (as save_weights) + optimizer state + version/steps/staleness, for resume."""
+        out = Path(out_dir)
+        tmp = out.with_name(f".{out.name}.ckpt-tmp-{os.getpid()}")
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        self.save_weights(tmp / "model")
+        optim = self._optimizer_state()
+        if self.rank != 0:
+            return out
+        torch.save(optim, tmp / "optimizer.pt")
+        state = {"version": self.version, "steps": self.steps, "model_path": self.model_path,
+                 "staleness": [asdict(r) for r in self.staleness], "config": asdict(self.cfg)}
+        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+        return out
+
+    def _optimizer_state(self) -> dict:
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+            return get_optimizer_state_dict(self.model, self.optimizer,
+                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return self.optimizer.state_dict()
+
+    def load_checkpoint(self, ckpt_dir: str | Path) -> None:
+        """Restore weights, optimizer state, version, steps and staleness records from save_checkpoint."""
+        from safetensors.torch import load_file
+
+        d = Path(ckpt_dir)
+        files = sorted((d / "model").glob("*.safetensors"))
+        if not files or not (d / "trainer_state.json").is_file() or not (d / "optimizer.pt").is_file():
+            raise InputError(f"checkpoint {d}: missing model/*.safetensors, optimizer.pt or trainer_state.json; "
+                             "pass a directory written by Trainer.save_checkpoint")
+        weights: dict[str, torch.Tensor] = {}
+        for f in files:
+            weights.update(load_file(str(f)))
+        if self.tied and "lm_head.weight" not in weights:
+            weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
+        optim = torch.load(d / "optimizer.pt", map_location="cpu", weights_only=False)
+        if self.fsdp:
+            from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                                 set_optimizer_state_dict)
+
+            opts = StateDictOptions(full_state_dict=True)
+            set_model_state_dict(self.model, weights, options=opts)
+            set_optimizer_state_dict(self.model, self.optimizer, optim, options=opts)
+        else:
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+            if unexpected or [k for k in missing if not (self.tied and k == "lm_head.weight")]:
+                raise InputError(f"checkpoint {d}: weights do not fit the model (missing {missing[:3]}, "
+                                 f"unexpected {unexpected[:3]})")
+            self.optimizer.load_state_dict(optim)
+        state = json.loads((d / "trainer_state.json").read_text())
+        self.version, self.steps = int(state["version"]), int(state["steps"])
+        self.staleness = [StalenessRecord(r["trainer_version"], r["count"], r["mean"], r["max"],
+                                          {int(k): v for k, v in r["histogram"].items()})
+                          for r in state["staleness"]]
+
+
+# --- sampling with transformers (tests, measurements, warm-start evaluation) ------------------
+
+@torch.no_grad()
+def hf_rollout(model, tokenizer, prompt_ids: list[list[int]], group_ids: list[int], *, group_size: int,
+               max_new_tokens: int, temperature: float = 1.0, seed: int = 0, version: int = 0,
+               batch_size: int = 64) -> list[tuple[Trajectory, str]]:
+    """Sample group_size responses per prompt with transformers generate; behaviour logprobs are the
+    raw-logit log-probs of the sampled tokens (as vLLM reports them). Reward is left at 0.
+
+    Returns (trajectory, completion text) pairs, group by group.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    torch.manual_seed(seed)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    jobs = [(p, g) for p, g in zip(prompt_ids, group_ids) for _ in range(group_size)]
+    out: list[tuple[Trajectory, str]] = []
+    for start in range(0, len(jobs), batch_size):
+        chunk = jobs[start : start + batch_size]
+        longest = max(len(p) for p, _ in chunk)
+        ids = torch.full((len(chunk), longest), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, (p, _) in enumerate(chunk):  # left padding for generation
+            ids[r, longest - len(p):] = torch.tensor(p)
+            mask[r, longest - len(p):] = 1
+        gen = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
+                             temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
+                             eos_token_id=eos, pad_token_id=pad, output_logits=True, return_dict_in_generate=True)
+        new = gen.sequences[:, longest:].cpu()
+        logits = torch.stack(gen.logits, dim=1).float().cpu()  # [B, T, V], raw
+        logp_all = torch.log_softmax(logits, dim=-1).gather(-1, new[..., None]).squeeze(-1)
+        for r, (p, g) in enumerate(chunk):
+            toks = new[r].tolist()
+            n = toks.index(eos) + 1 if eos in toks else len(toks)
+            resp = toks[:n]
+            text = tokenizer.decode(resp, skip_special_tokens=True)
+            traj = Trajectory(list(p), resp, logp_all[r, :n].tolist(), version, g, 0.0,
+                              finish_reason="stop" if resp and resp[-1] == eos else "length")
+            out.append((traj, text))
+    model.train(was_training)
+    return out
+
+
+# --- supervised warm-start ----------------------------------------------------------------
+
+def sft_warm_start(model, *, steps: int, seed: int = 0, batch_size: int = 64, lr: float = 3e-3,
+                   micro_batch_tokens: int = 4096, tokenizer=None, progress: bool = False,
+                   log_every: int = 50) -> list[float]:
+    """Supervised pass on count-task prompts (cross-entropy on the answer tokens + <eos>).
+
+    Prompts come from dora.exec.tasks.count_task with seed + 1_000_003, a stream disjoint from the
+    default RL prompts' seed. Returns the loss of each step.
+    """
+    from dora.exec.tasks import count_task, sft_pairs
+    from dora.exec.tokenizer import build_tokenizer
+
+    tok = tokenizer or build_tokenizer()
+    torch.manual_seed(seed)
+    examples = count_task(steps * batch_size, seed=seed + 1_000_003)
+    pairs = sft_pairs(tok, examples)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    model.train()
+    losses = []
+    t0 = time.perf_counter()
+    for s in range(steps):
+        chunk = pairs[s * batch_size : (s + 1) * batch_size]
+        n_tokens = sum(len(t) for _, t in chunk)
+        opt.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for mb in token_budget_batches([len(p) + len(t) for p, t in chunk], micro_batch_tokens):
+            logp = forward_logprobs(model, [chunk[i][0] + chunk[i][1] for i in mb], [len(chunk[i][0]) for i in mb])
+            loss = -torch.cat(logp).sum() / n_tokens
+            loss.backward()
+            loss_sum += loss.detach().item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss_sum)
+        if progress and (s + 1) % log_every == 0:
+            print(f"warm-start step {s + 1}/{steps} loss {sum(losses[-log_every:]) / log_every:.4f} "
+                  f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    model.eval()
+    return losses

@@ -1,0 +1,127 @@
+"""Losses on small examples computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dora.exec.losses import (add_sums, clipped_mask, grpo_advantages, kl_k3, ppo_loss, summarize,  # noqa: E402
+                              token_mean, truncated_is_weight)
+
+LN = math.log
+
+
+def test_grpo_advantages_two_groups():
+    # group 0: rewards 1, 0 -> mean 0.5, unbiased std 0.70711 -> +-0.70711
+    # group 1: rewards 2, 4, 6 -> mean 4, unbiased std 2 -> -1, 0, 1
+    rewards = torch.tensor([1.0, 2.0, 0.0, 4.0, 6.0])
+    groups = torch.tensor([0, 1, 0, 1, 1])
+    adv = grpo_advantages(rewards, groups, eps=0.0)
+    s = 0.5 / math.sqrt(0.5)
+    assert adv.tolist() == pytest.approx([s, -1.0, -s, 0.0, 1.0], abs=1e-6)
+
+
+def test_grpo_advantages_without_std_and_degenerate_groups():
+    rewards = torch.tensor([1.0, 2.0, 0.0, 4.0, 6.0, 3.0, 3.0, 9.0])
+    groups = torch.tensor([0, 1, 0, 1, 1, 2, 2, 7])
+    adv = grpo_advantages(rewards, groups, scale_by_std=False)
+    # group 2: equal rewards -> 0; group 7: a single sample -> 0
+    assert adv.tolist() == pytest.approx([0.5, -2.0, -0.5, 0.0, 2.0, 0.0, 0.0, 0.0])
+    adv_std = grpo_advantages(rewards, groups, eps=1e-6)
+    assert adv_std[5:].tolist() == [0.0, 0.0, 0.0]  # std 0 + eps: no blow-up
+
+
+def test_plain_ppo_three_tokens():
+    # correction off: r = pi_theta / pi_behav; eps 0.2.
+    # t1 r=1.5 A=+1 -> min(1.5, 1.2) = 1.2 (clipped); t2 r=0.5 A=+1 -> 0.5;
+    # t3 r=0.5 A=-2 -> min(-1.0, -1.6) = -1.6 (clipped). loss = mean(-1.2, -0.5, 1.6) = -0.1/3
+    behav = torch.tensor([0.0, 0.0, 0.0])
+    logp = torch.tensor([LN(1.5), LN(0.5), LN(0.5)], requires_grad=True)
+    adv = torch.tensor([1.0, 1.0, -2.0])
+    loss, sums = ppo_loss(logp, torch.zeros(3), behav, adv, torch.ones(3), clip_low=0.2, clip_high=0.2,
+                          correction="off")
+    assert loss.item() == pytest.approx(-0.1 / 3, abs=1e-6)
+    loss.backward()
+    # only t2 is unclipped: d(-r A)/dlogp = -r A = -0.5, over 3 tokens
+    assert logp.grad.tolist() == pytest.approx([0.0, -0.5 / 3, 0.0], abs=1e-6)
+    st = summarize(sums)
+    assert st["clip_frac"] == pytest.approx(2 / 3)
+    assert st["ratio_mean"] == pytest.approx((1.5 + 0.5 + 0.5) / 3)
+
+
+def test_decoupled_ppo_with_truncated_is():
+    # w = pi_prox/pi_behav = 3, 0.5, 1 -> truncated at C=2: 2, 0.5, 1
+    # r = pi_theta/pi_prox = 1.1, 0.9, 1.3; A = 1, -1, 2; eps 0.2
+    # t1: min(1.1, 1.1) * 2 = 2.2 -> -2.2; t2: min(-0.9, -0.9) * 0.5 -> +0.45; t3: min(2.6, 2.4) -> -2.4
+    behav = torch.zeros(3)
+    prox = torch.tensor([LN(3.0), LN(0.5), 0.0])
+    logp = (prox + torch.tensor([LN(1.1), LN(0.9), LN(1.3)])).requires_grad_()
+    adv = torch.tensor([1.0, -1.0, 2.0])
+    loss, sums = ppo_loss(logp, prox, behav, adv, torch.ones(3), clip_low=0.2, clip_high=0.2,
+                          correction="tis", is_cap=2.0)
+    assert loss.item() == pytest.approx((-2.2 + 0.45 - 2.4) / 3, abs=1e-6)
+    loss.backward()
+    # d/dlogp of -w r A for unclipped tokens: t1 -2*1.1*1, t2 -0.5*0.9*(-1); t3 clipped
+    assert logp.grad.tolist() == pytest.approx([-2.2 / 3, 0.45 / 3, 0.0], abs=1e-6)
+    st = summarize(sums)
+    assert st["is_truncated_frac"] == pytest.approx(1 / 3)
+    assert st["is_weight_mean"] == pytest.approx(3.5 / 3)
+    assert st["is_ess"] == pytest.approx(3.5**2 / (3 * 5.25))
+    assert st["clip_frac"] == pytest.approx(1 / 3)
+
+
+def test_mask_mode_drops_tokens_over_the_cap():
+    behav = torch.zeros(3)
+    prox = torch.tensor([LN(3.0), LN(0.5), 0.0])
+    logp = prox + torch.tensor([LN(1.1), LN(0.9), LN(1.3)])
+    adv = torch.tensor([1.0, -1.0, 2.0])
+    loss, _ = ppo_loss(logp, prox, behav, adv, torch.ones(3), clip_low=0.2, clip_high=0.2,
+                       correction="mask", is_cap=2.0)
+    # t1 (w = 3 > 2) is dropped; t2: 0.45, t3: -2.4, mean over the 2 kept tokens
+    assert loss.item() == pytest.approx((0.45 - 2.4) / 2, abs=1e-6)
+
+
+def test_correction_off_ignores_proximal_and_differs_from_tis():
+    behav = torch.zeros(3)
+    prox = torch.tensor([LN(3.0), LN(0.5), 0.0])
+    logp = prox.clone()
+    adv = torch.tensor([1.0, -1.0, 2.0])
+    off, _ = ppo_loss(logp, prox, behav, adv, torch.ones(3), correction="off", clip_low=0.2, clip_high=0.2)
+    # r vs behaviour = 3, 0.5, 1: t1 min(3, 1.2) = 1.2; t2 min(-0.5, -0.8) = -0.8; t3 2 -> -1.2+0.8-2
+    assert off.item() == pytest.approx((-1.2 + 0.8 - 2.0) / 3, abs=1e-6)
+    tis, _ = ppo_loss(logp, prox, behav, adv, torch.ones(3), correction="tis", is_cap=2.0)
+    # r = 1: -w A = -2, 0.5*1, -2 -> mean
+    assert tis.item() == pytest.approx((-2.0 + 0.5 - 2.0) / 3, abs=1e-6)
+    with pytest.raises(ValueError):
+        ppo_loss(logp, prox, behav, adv, torch.ones(3), correction="nope")  # type: ignore[arg-type]
+
+
+def test_truncated_is_weight_and_helpers():
+    w = truncated_is_weight(torch.tensor([LN(3.0), LN(0.5), LN(2.0)]), torch.zeros(3), cap=2.0)
+    assert w.tolist() == pytest.approx([2.0, 0.5, 2.0])
+    assert not w.requires_grad
+    assert clipped_mask(torch.tensor([1.3, 0.7, 1.3, 0.7]), torch.tensor([1.0, -1.0, -1.0, 1.0]), 0.2, 0.2).tolist() \
+        == [True, True, False, False]
+    # k3 of identical distributions is 0, else > 0
+    assert float(kl_k3(torch.tensor(0.0), torch.tensor(0.0))) == 0.0
+    assert float(kl_k3(torch.tensor(LN(0.5)), torch.tensor(0.0))) == pytest.approx(0.5 - 1 - LN(0.5))
+    # token_mean with an explicit denominator (micro-batches of one big batch)
+    x, m = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 0.0, 1.0])
+    assert float(token_mean(x, m)) == 2.0
+    assert float(token_mean(x, m, denom=8)) == 0.5
+    assert add_sums({"a": 1.0}, {"a": 2.0, "b": 1.0}) == {"a": 3.0, "b": 1.0}
+
+
+def test_masked_tokens_do_not_count():
+    behav = torch.zeros(4)
+    logp = torch.tensor([0.0, 0.0, 5.0, 0.0], requires_grad=True)
+    adv = torch.tensor([1.0, 1.0, 100.0, -1.0])
+    mask = torch.tensor([1.0, 1.0, 0.0, 1.0])
+    loss, sums = ppo_loss(logp, torch.zeros(4), behav, adv, mask, correction="off")
+    assert loss.item() == pytest.approx((-1 - 1 + 1) / 3)
+    loss.backward()
+    assert float(logp.grad[2]) == 0.0
+    assert sums["tokens"] == 3.0
