@@ -110,8 +110,21 @@ def _build(cls: type[T], data: dict, where: str) -> T:
         if k not in names:
             known = ", ".join(sorted(names))
             raise InputError(f"{where + '.' if where else ''}{k}: unknown key (known keys: {known})")
-    kwargs = {k: _coerce(v, hints[k], f"{where + '.' if where else ''}{k}") for k, v in data.items()}
+    defaults = {f.name: f.default_factory for f in dataclasses.fields(cls)
+                if f.default_factory is not dataclasses.MISSING}
+    kwargs = {}
+    for k, v in data.items():
+        if isinstance(v, dict) and k in defaults and dataclasses.is_dataclass(hints[k]):
+            v = _deep_merge(to_dict(defaults[k]()), v)  # keys not given keep the field's own defaults
+        kwargs[k] = _coerce(v, hints[k], f"{where + '.' if where else ''}{k}")
     return cls(**kwargs)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def validate_tree(obj: Any, where: str = "") -> None:

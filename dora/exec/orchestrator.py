@@ -47,17 +47,6 @@ class ExecResult:
     steps: list[dict]
 
 
-def examples_for(cfg: ExecConfig):
-    """The task's (prompt, answer) examples: the built-in count task or a parquet/JSONL file."""
-    from dora.exec.tasks import CountTaskParams, count_task, load_dataset
-
-    t = cfg.task
-    if t.dataset == "count":
-        return count_task(t.num_prompts, t.seed, CountTaskParams(median_span=t.median_span, sigma=t.sigma,
-                                                                 max_span=t.max_span))
-    return load_dataset(t.dataset)
-
-
 class TrainerActor:
     """Ray actor body around dora.exec.trainer.Trainer."""
 
@@ -322,9 +311,13 @@ class Orchestrator:
         row = {"step": self.version, "t_s": pub, "step_time_s": step_s, **{k: float(v) for k, v in stats.items()}}
         self.step_rows.append(row)
         if self.progress:
+            from dora.metrics import compute_metrics
+
+            bubble = compute_metrics(self.log.to_frame(), self.run_info)["bubble_ratio"]  # so far
             print(f"  [{self.name}] step {self.version}/{self.cfg.steps}  reward {stats.get('reward_mean', 0):.3f}  "
                   f"staleness {stats.get('staleness_mean', 0):.2f} (max {stats.get('staleness_max', 0):.0f})  "
                   f"resp {stats.get('response_len_mean', 0):.1f} tok  {len(rows) / max(step_s, 1e-9):.2f} samples/s  "
+                  f"bubble {bubble:.2f}  "
                   f"wall {pub:.1f} s", file=sys.stderr, flush=True)
         if self.version < self.cfg.steps:
             self.deliver(E.VersionPublished(self.version))
@@ -396,7 +389,9 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
     except OSError as e:
         raise InputError(f"model {cfg.model}: cannot load its tokenizer ({type(e).__name__}); pass a local "
                          "checkpoint directory (python -m dora.exec.tiny_model --out DIR) or a hub id") from None
-    examples = examples_for(cfg)
+    from dora.exec.tasks import examples_for_task
+
+    examples = examples_for_task(cfg.task)
     if cfg.runtime == "local":
         from dora.exec.local_runtime import LocalActor, LocalRuntime
 

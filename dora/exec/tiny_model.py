@@ -1,7 +1,8 @@
-"""Build a tiny local Qwen2-architecture checkpoint (no download): random init, word-level
-tokenizer, optional short supervised warm-start on the synthetic counting task.
+"""Build a tiny local Qwen2-architecture checkpoint (no download): random init, a small
+byte-level BPE tokenizer (dora.exec.tokenizer), optional short supervised warm-start on the
+synthetic counting task.
 
-  python -m dora.exec.tiny_model --out /tmp/tiny [--warm-start-steps 300]
+  python -m dora.exec.tiny_model --out /tmp/tiny [--warm-start-steps 400 --threads 1 --eval-prompts 64]
 
 The directory loads with transformers' AutoModelForCausalLM/AutoTokenizer and with vllm.LLM.
 vLLM's CPU attention needs head_dim = hidden_size / heads in {32, 64, 80, ...}, hence the
