@@ -42,8 +42,9 @@ class StreamingPolicy(Policy):
 
     # ---- subclass hooks -----------------------------------------------------------------------------
     def serving(self) -> list[InstView]:
-        """Instances that take new groups now."""
-        raise NotImplementedError
+        """Instances that take new groups now: alive, not loading, holding the newest version."""
+        latest = self.view.latest_version
+        return [i for i in self.view.instances.values() if i.alive and i.loading < 0 and latest in i.versions]
 
     def place(self, g: GroupView, insts: list[InstView]) -> list[InstView] | None:
         return spread(g.size, insts)

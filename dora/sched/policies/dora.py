@@ -57,9 +57,8 @@ class DoraPolicy(StreamingPolicy):
         self.admit()
 
     def serving(self) -> list[InstView]:
-        latest, busy = self.view.latest_version, self.view.trainer_busy
-        return [i for i in self.view.instances.values()
-                if i.alive and i.loading < 0 and latest in i.versions and not (i.elastic and busy)]
+        busy = self.view.trainer_busy  # elastic instances serve only while the trainer waits
+        return [i for i in super().serving() if not (i.elastic and busy)]
 
     def work_left(self, inst: InstView) -> float:
         """Predicted tokens left on an instance: predicted lengths minus estimated progress."""

@@ -34,11 +34,6 @@ class LaminarPolicy(StreamingPolicy):
     def on_start(self) -> None:
         self.admit()
 
-    def serving(self) -> list[InstView]:
-        latest = self.view.latest_version
-        return [i for i in self.view.instances.values()
-                if i.alive and i.loading < 0 and latest in i.versions]
-
     def _refresh_if_drained(self, inst: InstView) -> None:
         latest = self.view.latest_version
         if inst.alive and inst.loading < 0 and latest not in inst.versions and not inst.active:
