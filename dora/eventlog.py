@@ -31,6 +31,7 @@ Event names and what their columns mean:
 | recover     | instance back                   |                             |                               |
 | leftover    | group in flight at end of run   | group size                  |                               |
 | run_end     | end of the measured run         |                             |                               |
+| sched       | an event given to the policy    | detail: JSON of the event and the actions it returned (exec; for replay) |
 
 Instance is -1 for trainer and dataset rows. Run-level facts (devices, slots, policy) are
 stored in the parquet metadata under `dora.run`.

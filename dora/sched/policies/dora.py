@@ -7,8 +7,10 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
 - Repartition: when a version is published the orchestrator moves instances to it, least
   old-version load first (predicted remaining tokens). An instance whose old-version load
   is at most `repartition_load` of its slots has its trajectories migrated, KV cache and
-  all (no re-prefill), onto the busiest same-version peers that have room; then it loads
-  the new version. Old-version tails thus pack onto few instances and run to completion.
+  all (no re-prefill), onto the busiest same-version peers, each filled to at most
+  `pack_occupancy` of its slots (MoE decode of a tail is several times faster per token on
+  a nearly empty instance); then it loads the new version. Old-version tails run to
+  completion on the instances that keep their version.
   With versions_per_instance > 1 an instance instead loads the new version next to the old
   one and serves both until the old tails finish.
 - Staleness: batches take the oldest version first. When a trainer step at version i would
