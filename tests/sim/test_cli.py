@@ -32,7 +32,8 @@ def test_all_policies_table_and_json(small_trace, tmp_path, capsys):
     assert [r["policy"] for r in runs] == ["sync", "one_step", "partial", "laminar", "dora"]
     for r in runs:
         assert set(METRIC_NAMES) <= set(r["metrics"])
-        assert {"bound_samples_per_s", "sim_wall_s", "events"} <= set(r["metrics"])
+        for extra in ("bound_samples_per_s", "sim_wall_s", "events"):
+            assert extra in r["metrics"]
         for knob in ("eta", "batch_size", "group_size", "instances", "trainer_devices", "steps", "seed", "cost",
                      "policy"):
             assert knob in r["config"], knob
