@@ -115,15 +115,16 @@ def _build(cls: type[T], data: dict, where: str) -> T:
     kwargs = {}
     for k, v in data.items():
         if isinstance(v, dict) and k in defaults and dataclasses.is_dataclass(hints[k]):
-            v = _deep_merge(to_dict(defaults[k]()), v)  # keys not given keep the field's own defaults
+            v = deep_merge(to_dict(defaults[k]()), v)  # keys not given keep the field's own defaults
         kwargs[k] = _coerce(v, hints[k], f"{where + '.' if where else ''}{k}")
     return cls(**kwargs)
 
 
-def _deep_merge(base: dict, over: dict) -> dict:
+def deep_merge(base: dict, over: dict) -> dict:
+    """A copy of `base` with `over` merged in, nested mappings key by key."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -191,6 +192,17 @@ def merge(base: dict, path: list[str], value: Any) -> dict:
         node = nxt
     node[path[-1]] = value
     return base
+
+
+def apply_cli(data: dict, flags: dict[tuple[str, ...], Any], overrides: list[str]) -> dict:
+    """Set the flags that were given (path -> value, None = not given), then `--set KEY=VALUE`s."""
+    for path, v in flags.items():
+        if v is not None:
+            merge(data, list(path), v)
+    for text in overrides:
+        path, value = parse_override(text)
+        merge(data, path, value)
+    return data
 
 
 def to_dict(obj: Any) -> Any:

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dora.config import build, load_yaml, merge, parse_override
+from dora.config import apply_cli, build, deep_merge, load_yaml
 from dora.errors import InputError, cli_errors
 from dora.exec.run_config import POLICY_NAMES, ExecConfig
 
@@ -53,29 +53,17 @@ def resolve_config(args: argparse.Namespace) -> ExecConfig:
     data: dict = load_yaml(args.config) if args.config else {}
     if args.policy_config:
         pol = load_yaml(args.policy_config)
-        pol = pol.get("policy", pol)
-        base = data.setdefault("policy", {})
-        for k, v in pol.items():
-            if isinstance(v, dict) and isinstance(base.get(k), dict):
-                base[k].update(v)
-            else:
-                base[k] = v
+        data["policy"] = deep_merge(data.get("policy", {}), pol.get("policy", pol))
     flags = {("model",): args.model, ("steps",): args.steps, ("seed",): args.seed, ("out",): args.out,
              ("ray_address",): args.ray_address, ("rollout", "instances"): args.instances,
              ("rollout", "backend"): args.backend, ("policy", "eta"): args.eta,
              ("policy", "batch_size"): args.batch_size, ("policy", "group_size"): args.group_size,
              ("task", "dataset"): args.dataset}
-    for path, v in flags.items():
-        if v is not None:
-            merge(data, list(path), v)
     if args.policy:
         data["policies"] = args.policy
     if args.local:
         data["runtime"] = "local"
-    for text in args.set:
-        path, value = parse_override(text)
-        merge(data, path, value)
-    return build(ExecConfig, data)
+    return build(ExecConfig, apply_cli(data, flags, args.set))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from dora.config import build, load_yaml, merge, parse_override, to_dict
+from dora.config import apply_cli, build, deep_merge, load_yaml, to_dict
 from dora.errors import InputError, cli_errors
 from dora.eventlog import events_path, write_events
 from dora.sim.config import POLICY_NAMES, SimConfig
@@ -67,11 +67,7 @@ def resolve_config(args: argparse.Namespace) -> SimConfig:
         data["cost"] = to_dict(cost)
         data["cluster"] = {"devices_per_instance": hints["devices_per_instance"], "kv_tokens": hints["kv_tokens"]}
     if args.config:
-        for k, v in load_yaml(args.config).items():
-            if isinstance(v, dict) and isinstance(data.get(k), dict):
-                data[k].update(v)
-            else:
-                data[k] = v
+        data = deep_merge(data, load_yaml(args.config))
     if args.cost:
         data.setdefault("cost", {}).update(load_yaml(args.cost))
     flags = {
@@ -80,17 +76,11 @@ def resolve_config(args: argparse.Namespace) -> SimConfig:
         ("cluster", "max_seqs"): args.max_seqs, ("cluster", "trainer_devices"): args.trainer_devices,
         ("policy", "eta"): args.eta, ("policy", "batch_size"): args.batch_size,
     }
-    for path, v in flags.items():
-        if v is not None:
-            merge(data, list(path), v)
     if args.policy:
         data["policies"] = args.policy
     if args.reference:
         data["reference"] = True
-    for text in args.set:
-        path, value = parse_override(text)
-        merge(data, path, value)
-    return build(SimConfig, data)
+    return build(SimConfig, apply_cli(data, flags, args.set))
 
 
 def main(argv: list[str] | None = None) -> int:
