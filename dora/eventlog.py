@@ -40,7 +40,6 @@ stored in the parquet metadata under `dora.run`.
 from __future__ import annotations
 
 import json
-from array import array
 from pathlib import Path
 
 import numpy as np
@@ -57,22 +56,21 @@ SEGMENT_END = ("finish", "abort", "migrate_out", "interrupt", "lost", "end")
 META_KEY = b"dora.run"
 
 
+_ROW = np.dtype([("t_s", "f8"), ("event", "i2"), ("instance", "i4"), ("trajectory", "i8"), ("prompt_id", "i8"),
+                 ("version", "i4"), ("trainer_version", "i4"), ("tokens", "i8"), ("dur_s", "f8"),
+                 ("busy_s", "f8"), ("prefill_s", "f8")])
+_CHUNK = 1 << 16
+
+
 class EventLog:
-    """Append-only columnar log (typed arrays: cheap at millions of rows)."""
+    """Append-only log: rows gather as tuples and are packed into typed numpy chunks every
+    65,536 rows (cheap per row, ~80 bytes per row at millions of rows)."""
 
     def __init__(self, run_info: dict | None = None):
         self.run_info: dict = dict(run_info or {})
-        self.t = array("d")
-        self.ev = array("h")
-        self.inst = array("i")
-        self.traj = array("q")
-        self.pid = array("q")
-        self.ver = array("i")
-        self.tver = array("i")
-        self.tok = array("q")
-        self.dur = array("d")
-        self.busy = array("d")
-        self.pre = array("d")
+        self._rows: list[tuple] = []
+        self._chunks: list[np.ndarray] = []
+        self._packed = 0  # rows in _chunks
         self.detail: dict[int, str] = {}  # row -> detail (sparse)
         self._codes: dict[str, int] = {}
         self._names: list[str] = []
@@ -87,44 +85,56 @@ class EventLog:
     def add(self, t: float, event: str, instance: int = -1, traj: int = -1, prompt_id: int = -1,
             version: int = -1, trainer_version: int = -1, tokens: int = 0, detail: str = "",
             dur_s: float = 0.0, busy_s: float = 0.0, prefill_s: float = 0.0) -> None:
+        c = self._codes.get(event)
+        if c is None:
+            c = self.code(event)
+        rows = self._rows
         if detail:
-            self.detail[len(self.t)] = detail
-        self.t.append(t)
-        self.ev.append(self.code(event))
-        self.inst.append(instance)
-        self.traj.append(traj)
-        self.pid.append(prompt_id)
-        self.ver.append(version)
-        self.tver.append(trainer_version)
-        self.tok.append(tokens)
-        self.dur.append(dur_s)
-        self.busy.append(busy_s)
-        self.pre.append(prefill_s)
+            self.detail[self._packed + len(rows)] = detail
+        rows.append((t, c, instance, traj, prompt_id, version, trainer_version, tokens, dur_s, busy_s, prefill_s))
+        if len(rows) >= _CHUNK:
+            self._pack()
+
+    def extend(self, rows: list[tuple]) -> None:
+        """Append rows given as (t_s, event code, instance, trajectory, prompt_id, version,
+        trainer_version, tokens, dur_s, busy_s, prefill_s) with no detail (codes from `code`)."""
+        self._rows.extend(rows)
+        if len(self._rows) >= _CHUNK:
+            self._pack()
+
+    def appender(self):
+        """The bound `append` of the row list, for hot loops that build row tuples themselves
+        (as `extend` takes them); call `maybe_pack` now and then to bound the list."""
+        return self._rows.append
+
+    def maybe_pack(self) -> None:
+        if len(self._rows) >= _CHUNK:
+            self._pack()
+
+    def _pack(self) -> None:
+        rows = self._rows
+        if rows:
+            self._chunks.append(np.fromiter(rows, dtype=_ROW, count=len(rows)))
+            self._packed += len(rows)
+            rows.clear()  # the same list object: appenders stay valid
 
     def __len__(self) -> int:
-        return len(self.t)
+        return self._packed + len(self._rows)
 
     def to_frame(self) -> pd.DataFrame:
-        n = len(self.t)
+        self._pack()
+        rec = np.concatenate(self._chunks) if self._chunks else np.zeros(0, dtype=_ROW)
+        if len(self._chunks) > 1:
+            self._chunks = [rec]
+        n = len(rec)
         names = np.array(self._names + ["?"], dtype=object)
-        ev = np.frombuffer(self.ev, dtype=np.int16) if n else np.zeros(0, np.int16)
         detail = np.full(n, "", dtype=object)
         for r, d in self.detail.items():
             detail[r] = d
-        df = pd.DataFrame({
-            "t_s": np.frombuffer(self.t, dtype=np.float64) if n else np.zeros(0),
-            "event": pd.Categorical(names[ev]) if n else pd.Categorical([]),
-            "instance": np.frombuffer(self.inst, dtype=np.int32) if n else np.zeros(0, np.int32),
-            "trajectory": np.frombuffer(self.traj, dtype=np.int64) if n else np.zeros(0, np.int64),
-            "prompt_id": np.frombuffer(self.pid, dtype=np.int64) if n else np.zeros(0, np.int64),
-            "version": np.frombuffer(self.ver, dtype=np.int32) if n else np.zeros(0, np.int32),
-            "trainer_version": np.frombuffer(self.tver, dtype=np.int32) if n else np.zeros(0, np.int32),
-            "tokens": np.frombuffer(self.tok, dtype=np.int64) if n else np.zeros(0, np.int64),
-            "detail": detail,
-            "dur_s": np.frombuffer(self.dur, dtype=np.float64) if n else np.zeros(0),
-            "busy_s": np.frombuffer(self.busy, dtype=np.float64) if n else np.zeros(0),
-            "prefill_s": np.frombuffer(self.pre, dtype=np.float64) if n else np.zeros(0),
-        })
+        cols = {name: rec[name].copy() for name in _ROW.names}
+        cols["event"] = pd.Categorical(names[cols["event"]]) if n else pd.Categorical([])
+        cols["detail"] = detail
+        df = pd.DataFrame({c: cols[c] for c in COLUMNS})
         df.attrs["run"] = self.run_info
         return df
 

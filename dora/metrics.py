@@ -14,7 +14,16 @@ Definitions (a simulated and a real run go through the same code):
   Work still live when the run ends (`leftover` rows) is neither trained nor waste;
 - C2: a sampled group is lost if it is neither trained nor still viable at the end (in
   flight, or finished within η versions of the final one); duplicated if trained in more
-  than one step or with more trajectories than its size.
+  than one step or with more trajectories than its size;
+- rollout_share (extra, not in the DESIGN.md contract): the share of step time the trainer
+  waits on rollout. Over the steady-state steps (publish i -> publish i+1; first step
+  excluded; with fewer than two publications, time 0 -> first publication), the time from
+  the publication to the step's train_start during which at least one trajectory segment
+  is live (dispatched/migrated/resumed and not yet ended), summed, over the summed step
+  time. For `sync` this is the generation phase: weight loads after the publication (no
+  segment live), training and publication are excluded. For streaming policies it is the
+  time the trainer waits for its batch while generation runs; generation that overlaps
+  training is not counted (the trainer is not waiting on it).
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dora.eventlog import SEGMENT_END
+from dora.eventlog import SEGMENT_END, SEGMENT_START
 
 METRIC_NAMES = (
     "e2e_samples_per_s", "e2e_tokens_per_s", "rollout_tokens_per_s", "step_time_mean_s", "step_time_p99_s",
@@ -32,11 +41,29 @@ METRIC_NAMES = (
 )
 
 
+class EventColumn:
+    """The `event` column as category codes: `col == name` and `col.isin(names)` give row
+    masks without turning millions of rows into strings."""
+
+    def __init__(self, events: pd.Series):
+        cat = events if isinstance(events.dtype, pd.CategoricalDtype) else events.astype("category")
+        self.codes = cat.cat.codes.to_numpy()
+        self.index = {str(c): k for k, c in enumerate(cat.cat.categories)}
+
+    def __eq__(self, name: object) -> np.ndarray:  # type: ignore[override]
+        k = self.index.get(str(name))
+        return self.codes == k if k is not None else np.zeros(len(self.codes), bool)
+
+    def isin(self, names) -> np.ndarray:
+        ks = [self.index[n] for n in names if n in self.index]
+        return np.isin(self.codes, ks)
+
+
 def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
     """All DESIGN.md metrics from one run's event log. `run` defaults to df.attrs['run']."""
     run = run if run is not None else df.attrs.get("run", {})
     eta = run.get("eta")
-    ev = df["event"].astype(str).to_numpy()
+    ev = EventColumn(df["event"])
     t = df["t_s"].to_numpy()
 
     pub = np.sort(t[ev == "publish"])
@@ -50,7 +77,7 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
     tr_ver = tr["trainer_version"].to_numpy()
     tr_tok = tr["tokens"].to_numpy()
 
-    seg = df[np.isin(ev, SEGMENT_END)]
+    seg = df[ev.isin(SEGMENT_END)]
     seg_traj = seg["trajectory"].to_numpy()
     seg_tok = seg["tokens"].to_numpy()
     seg_ver = seg["version"].to_numpy()
@@ -82,9 +109,9 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
     lo = df[ev == "leftover"]
     live_end = lo["trajectory"].to_numpy()
     waste_tok = float(seg_tok[~trained_mask & ~np.isin(seg_traj, live_end)].sum())
+    mig_in = df[ev == "migrate_in"]
     reprefill = int(df["tokens"].to_numpy()[(ev == "preempt") | (ev == "resume")].sum()
-                    + df["tokens"].to_numpy()[(ev == "migrate_in")
-                                              & df["detail"].astype(str).str.endswith("reprefill").to_numpy()].sum())
+                    + mig_in["tokens"].to_numpy()[mig_in["detail"].astype(str).str.endswith("reprefill").to_numpy()].sum())
     waste_ratio = (waste_tok + reprefill) / generated if generated > 0 else 0.0
 
     # bubbles
@@ -145,6 +172,7 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
         "trained_samples": int(len(tr_traj)),
         "steps": steps,
         "sim_time_s": t_end,
+        "rollout_share": rollout_share(df, ev, t, pub),
     }
 
 
@@ -154,3 +182,41 @@ def _idle_share(useful: float, capacity: float) -> float:
         return 0.0
     x = 1.0 - useful / capacity
     return 0.0 if abs(x) < 1e-9 else x
+
+
+def rollout_share(df: pd.DataFrame, ev: np.ndarray, t: np.ndarray, pub: np.ndarray) -> float:
+    """Share of steady-state step time between a publication and the next train_start with a live segment."""
+    if len(pub) == 0:
+        return 0.0
+    edges = pub if len(pub) >= 2 else np.array([0.0, pub[0]])
+    starts = np.sort(t[ev.isin(SEGMENT_START)])
+    ends = np.sort(t[ev.isin(SEGMENT_END)])
+    if len(starts) == 0:
+        return 0.0
+    # union of live-segment intervals: a +1/-1 sweep (ends first at equal times)
+    times = np.concatenate([ends, starts])
+    delta = np.concatenate([-np.ones(len(ends)), np.ones(len(starts))])
+    order = np.lexsort((delta, times))
+    times, live = times[order], np.cumsum(delta[order])
+    prev = np.concatenate([[0.0], live[:-1]])
+    up, down = times[(prev <= 0) & (live > 0)], times[(prev > 0) & (live <= 0)]
+    if len(down) < len(up):
+        down = np.append(down, max(float(t.max()), float(edges[-1])))
+    xs = np.column_stack([up, down]).ravel()  # live time accumulated up to each breakpoint
+    acc = np.cumsum(down - up)
+    ys = np.column_stack([np.concatenate([[0.0], acc[:-1]]), acc]).ravel()
+
+    def cov(x: np.ndarray) -> np.ndarray:  # live time in [0, x]
+        return np.interp(x, xs, ys, left=0.0, right=float(ys[-1]))
+
+    ts = np.sort(t[ev == "train_start"])
+    lo, hi = edges[:-1], edges[1:]
+    # the step's train_start: the last one before its publication (none: the whole window waits)
+    if len(ts):
+        k = np.searchsorted(ts, hi, side="left") - 1
+        tstart = np.where(k >= 0, ts[np.clip(k, 0, None)], hi)
+    else:
+        tstart = hi
+    tstart = np.clip(tstart, lo, hi)
+    total = float((hi - lo).sum())
+    return float((cov(tstart) - cov(lo)).sum() / total) if total > 0 else 0.0

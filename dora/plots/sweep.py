@@ -38,6 +38,7 @@ X_LABELS = {
     "cluster.max_seqs": "decode slots per instance", "cluster.trainer_devices": "trainer devices",
     "moe_imbalance_cv": "MoE imbalance (CV of instance speed)", "tail_alpha": "tail index \u03b1 (smaller = heavier)",
     "tail_prob": "share of trajectories in the tail",
+    "target_steps": "trainer steps simulated", "cluster.devices_per_instance": "devices per rollout instance",
 }
 
 

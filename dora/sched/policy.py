@@ -92,12 +92,48 @@ class Policy:
     def on_instance_failed(self, inst: InstView) -> None: ...
     def on_instance_recovered(self, inst: InstView) -> None: ...
 
+    def index_instance(self, inst: InstView) -> None:
+        """An instance's versions, loading state or liveness changed (policies keeping indexes
+        of the cluster update them here; called before the policy's own hook)."""
+
+    def index_all(self) -> None:
+        """The newest version or the trainer's state changed: re-derive every index."""
+
     def ready_batch(self) -> list[GroupView] | None:
         """Groups for the next trainer step, or None to wait. Default: first B complete (FIFO)."""
         if len(self.view.buffer) < self.B:
             return None
         it = iter(self.view.buffer.values())
         return [next(it) for _ in range(self.B)]
+
+    def overdue(self, inflight: Iterable[GroupView]) -> list[GroupView]:
+        """In-flight groups whose deadline is the current step (version + η = trainer version):
+        they had to be in this step's batch, so no batch can train now without dropping them.
+        `inflight` must be in start order (versions ascending), as the policies keep it; this
+        is the cheap test for the common wait, `staleness_excess` finds the same groups."""
+        last = self.view.trainer_version - self.eta
+        out = []
+        for g in inflight:
+            if g.version > last:
+                break
+            if g.state == G_RUNNING:
+                out.append(g)
+        return out
+
+    def staleness_ok(self, batch: list[GroupView]) -> bool:
+        """True when `staleness_excess(batch, <the started, incomplete groups>)` would find
+        nothing: by counts per version of the open groups (every k >= 0 must hold the groups
+        due within k steps in k batches), in O(versions)."""
+        i, eta, B = self.view.trainer_version, self.eta, self.B
+        versions = dict(self.view.open_versions)
+        for g in batch:
+            versions[g.version] -= 1
+        seen = 0
+        for v in sorted(versions):
+            seen += versions[v]
+            if seen > max(v + eta - i, 0) * B:
+                return False
+        return True
 
     def staleness_excess(self, batch: list[GroupView],
                          inflight: Iterable[GroupView]) -> tuple[list[GroupView], list[GroupView]]:
@@ -146,7 +182,7 @@ class Policy:
 
     def start_group(self, g: GroupView, version: int, instances: list[InstView], pred: float = 0.0) -> None:
         """Dispatch all G samples of a group under one version; instances[i] runs sample i."""
-        g.version = version
+        self.view.open_group(g, version)
         for i in range(g.size):
             self.dispatch(g, i, instances[i], version, pred)
 
@@ -175,6 +211,7 @@ class Policy:
         inst.loading = version
         inst.load_mode = mode
         inst.evict = evict
+        self.index_instance(inst)
         self._out.append(A.LoadVersion(inst.id, version, mode, evict))
 
     def maybe_train(self) -> None:
@@ -191,10 +228,10 @@ class Policy:
         trajs: list[int] = []
         for g in batch:
             assert g.state == G_COMPLETE, f"group {g.prompt_id} not complete"
-            del v.buffer[g.prompt_id]
-            g.state = G_TRAINING
+            v.take_for_training(g)
             trajs.extend(v.group_trajs(g))
         v.trainer_busy = True
+        self.index_all()
         self._training = batch
         self._out.append(A.Train(tuple(g.prompt_id for g in batch), tuple(trajs)))
 
@@ -206,6 +243,7 @@ class Policy:
                                             versions={ev.version}, elastic=spec.elastic)
         v.trainer_devices = ev.trainer_devices
         v.trainer_version = v.latest_version = ev.version
+        self.index_all()
         self.on_start()
 
     def _groups_sampled(self, ev: E.GroupsSampled) -> None:
@@ -239,6 +277,7 @@ class Policy:
             inst.versions.discard(inst.evict)
         else:
             inst.versions = {ev.version}
+        self.index_instance(inst)
         self.on_loaded(inst, ev.version)
 
     def _version_published(self, ev: E.VersionPublished) -> None:
@@ -248,6 +287,7 @@ class Policy:
         for g in self._training:
             g.state = G_TRAINED
         self._training = []
+        self.index_all()
         self.on_published(ev.version)
         self.maybe_train()
         if not v.trainer_busy:
@@ -256,6 +296,7 @@ class Policy:
     def _instance_failed(self, ev: E.InstanceFailed) -> None:
         inst = self.view.instances[ev.instance]
         inst.alive = False
+        self.index_instance(inst)
         self.on_instance_failed(inst)
 
     def _instance_recovered(self, ev: E.InstanceRecovered) -> None:
@@ -263,6 +304,7 @@ class Policy:
         inst.alive = True
         inst.versions = {ev.version}
         inst.loading = -1
+        self.index_instance(inst)
         self.on_instance_recovered(inst)
 
 

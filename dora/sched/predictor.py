@@ -12,16 +12,16 @@
 
 from __future__ import annotations
 
-import bisect
-from collections import deque
+import numpy as np
 
 
 class LengthPredictor:
     def __init__(self, window: int = 4096, resort_every: int = 128, prior_len: float = 2048.0):
         self.window = window
-        self.recent: deque[int] = deque(maxlen=window)
-        self._sorted: list[int] = []
-        self._suffix: list[float] = []  # suffix sums of _sorted
+        self._ring = np.zeros(window)  # the last `window` lengths (a ring)
+        self._count = 0  # lengths seen
+        self._sorted = np.zeros(0)  # the window, sorted
+        self._suffix = np.zeros(1)  # suffix sums of _sorted
         self._since = 0
         self.resort_every = resort_every
         self.prior_len = prior_len
@@ -30,7 +30,8 @@ class LengthPredictor:
         self.global_rate = 0.0
 
     def observe(self, prompt_id: int, tokens: int, instance: int, elapsed_s: float) -> None:
-        self.recent.append(tokens)
+        self._ring[self._count % self.window] = tokens
+        self._count += 1
         self.mates.setdefault(prompt_id, []).append(tokens)
         self._since += 1
         if self._since >= self.resort_every or len(self._sorted) < 64:
@@ -46,24 +47,24 @@ class LengthPredictor:
 
     def _resort(self) -> None:
         self._since = 0
-        s = sorted(self.recent)
-        suf = [0.0] * (len(s) + 1)
-        for i in range(len(s) - 1, -1, -1):
-            suf[i] = suf[i + 1] + s[i]
-        self._sorted, self._suffix = s, suf
+        a = np.sort(self._ring[:min(self._count, self.window)])
+        suf = np.zeros(len(a) + 1)
+        suf[:-1] = np.cumsum(a[::-1])[::-1]
+        self._sorted, self._suffix = a, suf
 
     def mean_len(self) -> float:
-        return self._suffix[0] / len(self._sorted) if self._sorted else self.prior_len
+        return float(self._suffix[0]) / len(self._sorted) if len(self._sorted) else self.prior_len
 
     def conditional_mean(self, generated: float) -> float:
         """E[L | L > generated] over the running distribution."""
         s = self._sorted
-        if not s:
+        n = len(s)
+        if not n:
             return max(self.prior_len, generated * 2.0)
-        i = bisect.bisect_right(s, generated)
-        if i >= len(s):
+        i = int(s.searchsorted(generated, side="right"))
+        if i >= n:
             return generated * 1.5 + 1.0
-        return self._suffix[i] / (len(s) - i)
+        return float(self._suffix[i]) / (n - i)
 
     def predict_total(self, prompt_id: int, generated: float) -> float:
         m = self.mates.get(prompt_id)

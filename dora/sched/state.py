@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Callable
 
 # trajectory states
 QUEUED_OR_RUNNING, MIGRATING, FINISHED, ABORTED = 0, 1, 2, 3
@@ -58,11 +59,17 @@ class InstView:
     evict: int = -1
     pred_sum: float = 0.0  # sum of `pred` over active trajectories
     start_sum: float = 0.0  # sum of `t_start` over active trajectories
+    stamp: int = 0  # bumped on every change of `active` (lets policies keep lazy heaps)
+    watch: Callable[["InstView", int], None] | None = None  # called as watch(inst, old_load) after a change
 
     def add(self, t: TrajView) -> None:
+        old = len(self.active)
         self.active[t.id] = t
         self.pred_sum += t.pred
         self.start_sum += t.t_start
+        self.stamp += 1
+        if self.watch is not None:
+            self.watch(self, old)
 
     def remove(self, t: TrajView) -> None:
         if self.active.pop(t.id, None) is not None:
@@ -70,6 +77,9 @@ class InstView:
             self.start_sum -= t.t_start
             if not self.active:
                 self.pred_sum = self.start_sum = 0.0  # no drift from float sums
+            self.stamp += 1
+            if self.watch is not None:
+                self.watch(self, len(self.active) + 1)
 
     @property
     def load(self) -> int:
@@ -94,6 +104,8 @@ class ClusterView:
         self.trajs: dict[int, TrajView] = {}
         self.groups: dict[int, GroupView] = {}
         self.buffer: OrderedDict[int, GroupView] = OrderedDict()  # complete groups, completion order
+        self.buffer_by_version: dict[int, OrderedDict[int, GroupView]] = {}  # the same, per version
+        self.open_versions: dict[int, int] = {}  # started, not yet training groups per version
         self.trainer_version = 0
         self.trainer_busy = False
         self.trainer_devices = 0
@@ -136,6 +148,7 @@ class ClusterView:
             g.state = G_COMPLETE
             g.t_complete = now
             self.buffer[g.prompt_id] = g
+            self.buffer_by_version.setdefault(g.version, OrderedDict())[g.prompt_id] = g
             self.running_groups -= 1
             self.accepted_groups += 1
             return g
@@ -172,14 +185,41 @@ class ClusterView:
         for tid in live:
             self.drop_traj(tid)
         if g.state == G_COMPLETE:
-            self.buffer.pop(g.prompt_id, None)
+            self._unbuffer(g)
             self.running_groups += 1
             self.accepted_groups -= 1
+        if g.version >= 0:
+            self._close(g.version)
         g.trajs = []
         g.finished = 0
         g.state = G_RUNNING
         g.attempts += 1
         return live
+
+    def open_group(self, g: GroupView, version: int) -> None:
+        """The group starts under `version` (counted as open until it trains or is abandoned)."""
+        g.version = version
+        self.open_versions[version] = self.open_versions.get(version, 0) + 1
+
+    def take_for_training(self, g: GroupView) -> None:
+        """Move a complete group from the buffer to the trainer."""
+        self._unbuffer(g)
+        self._close(g.version)
+        g.state = G_TRAINING
+
+    def _unbuffer(self, g: GroupView) -> None:
+        del self.buffer[g.prompt_id]
+        b = self.buffer_by_version[g.version]
+        del b[g.prompt_id]
+        if not b:
+            del self.buffer_by_version[g.version]
+
+    def _close(self, version: int) -> None:
+        left = self.open_versions[version] - 1
+        if left:
+            self.open_versions[version] = left
+        else:
+            del self.open_versions[version]
 
     def group_trajs(self, g: GroupView) -> list[int]:
         return [tid for tid in g.trajs if self.trajs[tid].state == FINISHED]

@@ -3,9 +3,16 @@
 Admission: a group started now runs under the newest version i and is trained after the
 groups already trained or training (T) and those untrained ahead of it (U), around trainer
 version (T + U)/B. To stay within η it is admitted only while T + U < (i + η + 1)·B (the
-cap of AReaL's staleness manager, counted in groups), and while the instances that take new work have G free decode slots between them. Sampled
-groups that find no room wait in a backlog and start as slots free up. Every group runs
-under the newest version at the moment it starts.
+cap of AReaL's staleness manager, counted in groups), and while the instances that take new
+work have G free decode slots between them. Sampled groups that find no room wait in a
+backlog and start as slots free up. Every group runs under the newest version at the moment
+it starts.
+
+Indexes (so that an event costs O(log instances), not O(instances), at cluster scale):
+- the serving pool: instances that take new groups, their free slots in total, and a lazy
+  heap ordered by `pool_key` (most free slots first by default) for placement;
+- `old`: instances that do not hold the newest version, by version and load (LoadIndex),
+  for draining, repack and repartition decisions.
 """
 
 from __future__ import annotations
@@ -13,23 +20,9 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+from dora.sched.loadindex import LoadIndex
 from dora.sched.policy import Policy
 from dora.sched.state import GroupView, InstView
-
-
-def spread(g_size: int, insts: list[InstView]) -> list[InstView] | None:
-    """G samples over instances, each to the one with most free slots (ties: lowest id)."""
-    heap = [(-i.free_slots(), i.id, i) for i in insts if i.free_slots() > 0]
-    if sum(-h[0] for h in heap) < g_size:
-        return None
-    heapq.heapify(heap)
-    picks: list[InstView] = []
-    for _ in range(g_size):
-        negf, iid, inst = heapq.heappop(heap)
-        picks.append(inst)
-        if negf + 1 < 0:
-            heapq.heappush(heap, (negf + 1, iid, inst))
-    return picks
 
 
 class StreamingPolicy(Policy):
@@ -39,15 +32,31 @@ class StreamingPolicy(Policy):
         self.untrained = 0  # requested or sampled groups not yet trained
         self.backlog: deque[GroupView] = deque()  # sampled, waiting for slots
         self.inflight: dict[int, GroupView] = {}  # started, not complete (start order)
+        self.pool: dict[int, InstView] = {}  # serving instances
+        self.pool_free = 0  # free slots over the pool (each instance counted >= 0)
+        self._heap: list[tuple[float, int, int]] = []  # (pool_key, id, stamp), lazily invalidated
+        self._dirty: dict[int, InstView] = {}  # pool instances changed since the heap last saw them
+        self.old = LoadIndex()  # alive, not loading, regular instances without the newest version
 
     # ---- subclass hooks -----------------------------------------------------------------------------
-    def serving(self) -> list[InstView]:
-        """Instances that take new groups now: alive, not loading, holding the newest version."""
-        latest = self.view.latest_version
-        return [i for i in self.view.instances.values() if i.alive and i.loading < 0 and latest in i.versions]
+    def is_serving(self, inst: InstView) -> bool:
+        """Takes new groups now: alive, not loading, holding the newest version."""
+        return inst.alive and inst.loading < 0 and self.view.latest_version in inst.versions
 
-    def place(self, g: GroupView, insts: list[InstView]) -> list[InstView] | None:
-        return spread(g.size, insts)
+    def serving(self) -> list[InstView]:
+        return sorted(self.pool.values(), key=lambda i: i.id)
+
+    def pool_key(self, inst: InstView) -> float:
+        """Placement order among serving instances (smallest first; ties: lowest id)."""
+        return -inst.free_slots()
+
+    def pick_cost(self, g: GroupView) -> float:
+        """What one more sample of `g` adds to an instance (here: one slot)."""
+        return 1.0
+
+    def pick_step(self, inst: InstView, cost: float) -> float:
+        """How much a pick of cost `cost` raises an instance's pool_key."""
+        return cost
 
     def admission_cap(self) -> int:
         """Most untrained groups allowed now: (i + η + 1)·B minus groups trained or training."""
@@ -59,13 +68,91 @@ class StreamingPolicy(Policy):
         """Predicted length of each sample of a group about to start (0: no prediction)."""
         return 0.0
 
+    # ---- indexes ------------------------------------------------------------------------------------
+    def index_all(self) -> None:
+        self.pool.clear()
+        self.pool_free = 0
+        self._heap = []
+        self._dirty.clear()
+        for inst in self.view.instances.values():
+            inst.watch = self._watch
+            self.old.discard(inst)
+            self._index(inst)
+
+    def index_instance(self, inst: InstView) -> None:
+        self._index(inst)
+
+    def _index(self, inst: InstView) -> None:
+        serving = self.is_serving(inst)
+        if serving != (inst.id in self.pool):
+            free = max(inst.free_slots(), 0)
+            if serving:
+                self.pool[inst.id] = inst
+                self.pool_free += free
+                self._push(inst)
+            else:
+                del self.pool[inst.id]
+                self.pool_free -= free
+        latest = self.view.latest_version
+        old = inst.alive and inst.loading < 0 and not inst.elastic and latest not in inst.versions
+        if old:
+            self.old.add(inst, max(inst.versions))
+        else:
+            self.old.discard(inst)
+
+    def _watch(self, inst: InstView, old_load: int) -> None:
+        if inst.id in self.pool:
+            S, new = inst.max_seqs, len(inst.active)
+            if new < S or old_load < S:  # free slots changed (an over-full instance counts as 0)
+                self.pool_free += (S - new if new < S else 0) - (S - old_load if old_load < S else 0)
+            self._dirty[inst.id] = inst  # re-keyed at the next placement
+        if inst.id in self.old:
+            self.old.update(inst)
+
+    def _push(self, inst: InstView) -> None:
+        if inst.free_slots() > 0:
+            heap = self._heap
+            heapq.heappush(heap, (self.pool_key(inst), inst.id, inst.stamp))
+            if len(heap) > 4 * len(self.pool) + 64:
+                self._heap = [(self.pool_key(i), i.id, i.stamp) for i in self.pool.values() if i.free_slots() > 0]
+                heapq.heapify(self._heap)
+
+    def place(self, g: GroupView) -> list[InstView] | None:
+        """G serving instances for the samples of `g`, each pick the smallest pool_key (then id),
+        an instance taking at most its free slots; None when the pool lacks G free slots."""
+        if self.pool_free < g.size:
+            return None
+        if self._dirty:
+            for inst in self._dirty.values():
+                if inst.id in self.pool:
+                    self._push(inst)
+            self._dirty.clear()
+        heap, pool = self._heap, self.pool
+        cost = self.pick_cost(g)
+        picks: list[InstView] = []
+        taken: dict[int, int] = {}
+        back = []
+        while len(picks) < g.size:
+            key, iid, stamp = heapq.heappop(heap)
+            inst = pool.get(iid)
+            if inst is None or inst.stamp != stamp:
+                continue  # stale entry
+            k = taken.get(iid, 0)
+            if inst.max_seqs - len(inst.active) - k <= 0:
+                back.append((key, iid, stamp))
+                continue
+            picks.append(inst)
+            taken[iid] = k + 1
+            heapq.heappush(heap, (key + self.pick_step(inst, cost), iid, stamp))
+        for e in back:
+            heapq.heappush(heap, e)
+        return picks
+
     # ---- admission ------------------------------------------------------------------------------------
     def admit(self) -> None:
         """Start backlogged groups, then sample as many new ones as fit in free slots and the cap."""
-        insts = self.serving()
-        self._start_backlog(insts)
-        free = sum(max(i.free_slots(), 0) for i in insts)
-        room = min(free // max(self.G, 1) - len(self.backlog), self.admission_cap() - self.untrained)
+        self._start_backlog()
+        room = min(self.pool_free // max(self.G, 1) - len(self.backlog), self.admission_cap() - self.untrained)
         if room > 0:
             self.requested += room
             self.untrained += room
@@ -74,13 +161,13 @@ class StreamingPolicy(Policy):
     def on_groups(self, groups: list[GroupView], reason: str) -> None:
         self.requested -= len(groups)
         self.backlog.extend(groups)
-        self._start_backlog(self.serving())
+        self._start_backlog()
 
-    def _start_backlog(self, insts: list[InstView]) -> None:
+    def _start_backlog(self) -> None:
         version = self.view.latest_version
         while self.backlog:
             g = self.backlog[0]
-            picks = self.place(g, insts)
+            picks = self.place(g)
             if picks is None:
                 return
             self.backlog.popleft()
@@ -106,4 +193,11 @@ class StreamingPolicy(Policy):
 
     def stalest_first(self, n: int) -> list[GroupView]:
         """n complete groups, oldest version first, then completion order."""
-        return sorted(self.view.buffer.values(), key=lambda g: (g.version, g.t_complete, g.prompt_id))[:n]
+        out: list[GroupView] = []
+        by_version = self.view.buffer_by_version
+        for v in sorted(by_version):
+            for g in by_version[v].values():
+                if len(out) == n:
+                    return out
+                out.append(g)
+        return out

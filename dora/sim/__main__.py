@@ -4,6 +4,8 @@ Examples:
   python -m dora.sim --trace traces/moe_longtail.parquet
   python -m dora.sim --trace traces/dense_math.parquet --policy dora --policy sync --eta 2 --json out.json
   python -m dora.sim --trace T.parquet --hardware H20 --model qwen2.5-32b --set policy.dora.migrate_kv=false
+  python -m dora.sim sweep --grid cluster.instances=64,256 --policy dora --policy sync --out sweep.parquet
+      (one tidy table over a grid of config values / trace shapes: see dora/sim/sweep.py or `sweep --help`)
 
 Precedence of settings: built-in defaults < --hardware/--model preset < --config YAML <
 --cost YAML < the flags < --set KEY=VALUE (dotted keys of SimConfig, e.g. cluster.max_seqs=128).
@@ -84,6 +86,11 @@ def resolve_config(args: argparse.Namespace) -> SimConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["sweep"]:
+        from dora.sim.sweep import main as sweep_main
+
+        return sweep_main(argv[1:])
     args = parser().parse_args(argv)
     with cli_errors("dora.sim"):
         cfg = resolve_config(args)

@@ -7,6 +7,7 @@ the order in which SimPy happened to schedule them.
 
 from __future__ import annotations
 
+import gc
 import heapq
 from array import array
 from dataclasses import dataclass
@@ -28,19 +29,14 @@ _KIND_STRIDE = 1 << 20
 
 
 class _At(simpy.events.Event):
-    """An event that fires a plain callback at an absolute time (no delay arithmetic)."""
+    """An event that fires a plain callback at an absolute time (no delay arithmetic).
+    `fn` takes the event (and ignores it): SimPy calls it directly as the event's callback."""
 
-    __slots__ = ("fn",)
-
-    def __init__(self, env: simpy.Environment, fn: Callable[[], None]):
-        super().__init__(env)
+    def __init__(self, env: simpy.Environment, fn: Callable[[simpy.events.Event], None]):
+        self.env = env
+        self.callbacks = [fn]
         self._ok = True
         self._value = None
-        self.callbacks.append(self._fire)
-        self.fn = fn
-
-    def _fire(self, _ev: simpy.events.Event) -> None:
-        self.fn()
 
 
 class Dataset:
@@ -95,8 +91,13 @@ class Cluster:
         self.policy = policy
         self.steps = steps
         self.data = Dataset(trace)
+        self._plens = trace.prompt_len.tolist()  # Python ints: cheaper to index per dispatch
+        self._rlens = trace.response_len.tolist()
         self.log = log if log is not None else EventLog()
         self.progress = progress
+        self._row = self.log.appender()  # hot rows (dispatch, finish) go straight in as tuples
+        self._dispatch_code = self.log.code("dispatch")
+        self._finish_code = self.log.code("finish")
         self.seqs: dict[int, Seq] = {}  # live segment of each trajectory
         self.where: dict[int, int] = {}  # trajectory -> instance (or -1 in transit)
         # per trajectory id (ids are dense, assigned in dispatch order by the scheduler)
@@ -122,12 +123,12 @@ class Cluster:
                                self._scheduler_for(-1), self._on_published)
 
     # ---- clock -----------------------------------------------------------------------------------
-    def _scheduler_for(self, iid: int) -> Callable[[float, int, Callable[[], None]], None]:
+    def _scheduler_for(self, iid: int) -> Callable[[float, int, Callable[[object], None]], None]:
         env = self.env
         queue, eid = env._queue, env._eid
         base = iid if iid >= 0 else _KIND_STRIDE - 1
 
-        def schedule(t: float, kind: int, fn: Callable[[], None]) -> None:
+        def schedule(t: float, kind: int, fn: Callable[[simpy.events.Event], None]) -> None:
             if t < env._now:
                 raise RuntimeError(f"scheduling in the past: {t} < {env._now}")
             heapq.heappush(queue, (t, kind * _KIND_STRIDE + base, next(eid), _At(env, fn)))
@@ -139,12 +140,20 @@ class Cluster:
         specs = tuple(E.InstanceSpec(i.id, i.max_seqs, i.kv_tokens, i.devices, i.id in el) for i in self.instances)
         self.deliver(E.ClusterStarted(specs, self.trainer.devices))
         env = self.env
+        # The run allocates millions of small acyclic objects; the cyclic collector would
+        # re-scan them all again and again (a third of the wall time at 1024 instances). The
+        # run makes no reference cycles that outlive an event, so it is paused until the end.
+        gc_on = gc.isenabled()
+        gc.disable()
         try:
             env.run(until=self.done)
         except RuntimeError as e:
             if "No scheduled events left" in str(e) or "until" in str(e):
                 raise RuntimeError(self._stall_message()) from None
             raise
+        finally:
+            if gc_on:
+                gc.enable()
         if not self.done.triggered:
             raise RuntimeError(self._stall_message())
         self.sim_events = next(env._eid) - len(env._queue) - 1
@@ -192,8 +201,8 @@ class Cluster:
             raise RuntimeError(f"policy bug: dispatch of version {a.version} to instance {a.instance} "
                                f"holding {sorted(inst.versions)}")
         row = self.data.row(a.prompt_id, a.sample_idx)
-        plen = int(self.trace.prompt_len[row])
-        rlen = int(self.trace.response_len[row])
+        plen = self._plens[row]
+        rlen = self._rlens[row]
         s = Seq(a.traj, a.prompt_id, a.version, rlen, plen, plen, now, first_prefill=True)
         self.seqs[a.traj] = s
         self.where[a.traj] = a.instance
@@ -203,7 +212,7 @@ class Cluster:
         self.version_of.append(a.version)
         self.plen.append(plen)
         self.rlen.append(rlen)
-        self.log.add(now, "dispatch", a.instance, a.traj, a.prompt_id, a.version, tokens=plen)
+        self._row((now, self._dispatch_code, a.instance, a.traj, a.prompt_id, a.version, -1, plen, 0.0, 0.0, 0.0))
         inst.submit(s, now)
 
     def _abort(self, a: A.Abort, now: float) -> None:
@@ -214,8 +223,14 @@ class Cluster:
         if iid < 0:
             s.stop = "abort:" + a.reason  # in transit: dropped on arrival
             return
-        if s.state == GONE:  # interrupted, waiting for its instance's reload
-            self.interrupted[iid].remove(s)
+        if s.state == GONE:
+            waiting = self.interrupted.get(iid)
+            if waiting is None or s not in waiting:
+                # it finished at the boundary being processed, its finish not yet delivered:
+                # it is logged as aborted when its turn comes
+                s.stop = "abort:" + a.reason
+                return
+            waiting.remove(s)  # interrupted, waiting for its instance's reload
             self.log.add(now, "abort", iid, s.traj, s.prompt_id, s.version, detail=a.reason)
             del self.seqs[s.traj]
             del self.where[s.traj]
@@ -254,15 +269,17 @@ class Cluster:
 
     # ---- callbacks from instances and trainer --------------------------------------------------
     def _end_row(self, s: Seq, inst: Instance, event: str, now: float, detail: str = "") -> None:
-        self.log.add(now, event, inst.id, s.traj, s.prompt_id, s.version, tokens=s.made, detail=detail,
-                     dur_s=now - s.t_start, busy_s=s.busy, prefill_s=s.prefill_s)
+        self.log.add(now, event, inst.id, s.traj, s.prompt_id, s.version, -1, s.made, detail,
+                     now - s.t_start, s.busy, s.prefill_s)
 
     def _on_finish(self, s: Seq, inst: Instance) -> None:
         now = self.env.now
-        self._end_row(s, inst, "finish", now)
-        del self.seqs[s.traj]
-        self.where.pop(s.traj, None)
-        self.deliver(E.TrajectoryFinished(s.traj, inst.id, self.rlen[s.traj]))
+        traj = s.traj
+        self._row((now, self._finish_code, inst.id, traj, s.prompt_id, s.version, -1, s.made,
+                   now - s.t_start, s.busy, s.prefill_s))
+        del self.seqs[traj]
+        self.where.pop(traj, None)
+        self.deliver(E.TrajectoryFinished(traj, inst.id, self.rlen[traj]))
 
     def _on_stopped(self, s: Seq, inst: Instance) -> None:
         now = self.env.now
@@ -280,7 +297,7 @@ class Cluster:
             ctx = s.ctx
             dt = self.cost.kv_transfer_s(ctx) if kv else 0.0
             t = now + dt
-            self._scheduler_for(dst_i)(t, 2, lambda: self._arrive(s, inst.id, dst_i, kv, t))
+            self._scheduler_for(dst_i)(t, 2, lambda _: self._arrive(s, inst.id, dst_i, kv, t))
         elif why == "interrupt":
             self._end_row(s, inst, "interrupt", now)
             self.interrupted.setdefault(inst.id, []).append(s)
@@ -322,6 +339,7 @@ class Cluster:
         self.deliver(E.WeightsLoaded(inst.id, version))
 
     def _on_published(self, version: int) -> None:
+        self.log.maybe_pack()
         if self.progress is not None:
             self.progress(version, self.env.now)
         if version >= self.steps:

@@ -3,17 +3,21 @@
 One decode step of an instance running n sequences with total context Σctx and p tokens of
 prefill (newly admitted sequences, whose first token comes out of the same step) costs
 
-    f * (Σ_v [a + e*(1 - (1 - r)^n_v)] + b*n + c*Σctx + p*prefill_tokens)
+    f * (Σ_v [a + e*(1 - (1 - r)^n_v)] + b*n + c*Σctx + p*prefill_per_token_s)
 
 summed over the policy versions v among the running sequences (each version is a separate
-forward pass over its own weights; n_v of its sequences). `e` is the time to read all
-routed-expert weights and r = top_k / experts, so 1 - (1 - r)^n is the share of experts a
-batch of n tokens touches (MoE decode reads few experts for a lone long-tail sequence and
-nearly all of them for a full batch); dense models have e = 0
+forward pass over its own weights; n_v of its sequences), with f the instance's slowdown
+(MoE expert-parallel imbalance, 1.0 for dense models). a = decode_base_s reads the
+non-expert weights; e = decode_expert_s is the time to read all routed-expert weights and
+r = expert_touch the share of experts one token uses, so 1 - (1 - r)^n is the share a batch
+of n tokens touches (MoE decode reads few experts for a lone long-tail sequence and nearly
+all of them for a full batch; dense models have e = 0); b = decode_per_seq_s is the
+per-token matmul compute; c = decode_per_ctx_token_s the attention cost per cached token.
+For a run of k steps with fixed membership the decode part sums in closed form.
 
-with f the instance's slowdown (MoE expert-parallel imbalance, 1.0 for dense models). For a
-run of k steps with fixed membership the decode part sums in closed form (see `decode_span`).
-Coefficients come from `dora.sim.presets` (a roofline derivation) or a YAML cost file.
+A trainer step on T tokens over d devices takes train_base_s + train_device_s_per_token*T/d.
+Coefficients come from `dora.sim.presets` (the roofline derivation, with sources) or a YAML
+cost file (`--cost`; calibration writes one).
 """
 
 from __future__ import annotations
@@ -25,24 +29,24 @@ from dora.errors import InputError
 
 @dataclass
 class CostModel:
-    """Cost coefficients (seconds). Defaults are `presets.derive('H800', 'qwen3-30b-a3b', tp=2)`,
-    rounded; `--hardware/--model` or `--cost FILE.yaml` replace them."""
+    """Cost coefficients (seconds). Defaults are `presets.derive('H800', 'qwen3-30b-a3b', 2)`
+    rounded to 4 digits; `--hardware/--model` or `--cost FILE.yaml` replace them."""
 
-    decode_base_s: float = 0.00256  # a: per decode step (non-expert weights + step overhead)
-    decode_expert_s: float = 0.01082  # e: reading every routed expert once (MoE; 0 for dense)
-    expert_touch: float = 0.0625  # r: top_k / experts
-    decode_per_seq_s: float = 1.112e-5  # b: per running sequence per step
-    decode_per_ctx_token_s: float = 1.834e-8  # c: per context token per step (KV read)
-    prefill_per_token_s: float = 6.07e-6  # per prompt (or re-prefilled) token
+    decode_base_s: float = 0.002459  # a: per decode step (non-expert weights + step overhead)
+    decode_expert_s: float = 0.010818  # e: reading every routed expert once (MoE; 0 for dense)
+    expert_touch: float = 0.0625  # r: FFN experts a token uses / routed experts
+    decode_per_seq_s: float = 1.0252e-5  # b: per running sequence per step
+    decode_per_ctx_token_s: float = 1.834e-8  # c: per context token per step (KV read or attention FLOPs)
+    prefill_per_token_s: float = 5.592e-6  # per prompt (or re-prefilled) token
     kv_transfer_base_s: float = 0.005  # per migration with KV
     kv_transfer_per_token_s: float = 9.83e-7  # KV bytes per token / instance network bandwidth
-    weight_load_s: float = 1.11  # one instance pulls and loads a version
-    colocated_reshard_s: float = 0.576  # colocated: trainer -> rollout weight reshard on the same devices
-    publish_s: float = 0.6525  # trainer-side: gather and publish a version
+    weight_load_s: float = 1.1106  # one instance pulls and loads a version
+    colocated_reshard_s: float = 0.6527  # colocated: trainer -> rollout weight reshard on the same devices
+    publish_s: float = 0.6527  # trainer-side: gather and publish a version
     train_base_s: float = 3.0  # per trainer step (optimizer, sync)
-    train_device_s_per_token: float = 7.626e-5  # device-seconds per trained token (fwd+bwd+logprob)
+    train_device_s_per_token: float = 7.030e-5  # device-seconds per trained token (fwd+bwd+logprob)
     moe_imbalance_cv: float = -1.0  # per-instance slowdown CV; -1 = take it from the trace metadata
-    source: str = "presets.derive(H800, qwen3-30b-a3b, tp=2)"
+    source: str = "presets.derive(H800, qwen3-30b-a3b, devices_per_instance=2), rounded"
 
     def validate(self) -> None:
         for name in ("decode_base_s", "decode_expert_s", "decode_per_seq_s", "decode_per_ctx_token_s", "prefill_per_token_s",

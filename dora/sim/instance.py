@@ -64,7 +64,7 @@ class Instance:
     """Simulated rollout instance. The owning `Cluster` supplies scheduling and callbacks."""
 
     def __init__(self, iid: int, max_seqs: int, kv_tokens: int, devices: int, cost: CostModel, slowdown: float,
-                 log: "EventLog", schedule: Callable[[float, int, Callable[[], None]], None],
+                 log: "EventLog", schedule: Callable[[float, int, Callable[[object], None]], None],
                  on_finish: Callable[[Seq, "Instance"], None], on_stopped: Callable[[Seq, "Instance"], None],
                  reference: bool = False):
         self.id = iid
@@ -78,6 +78,7 @@ class Instance:
         self._on_stopped = on_stopped
         self.reference = reference
         self.cost = cost
+        self.wtable = [cost.weights_s(k) for k in range(max_seqs + 1)]  # weight-read time by batch size
         self.b, self.c, self.p = cost.decode_per_seq_s, cost.decode_per_ctx_token_s, cost.prefill_per_token_s
         # run state (valid from T0 on)
         self.K = 0  # steps done at the start of the current run
@@ -96,6 +97,7 @@ class Instance:
         self.loading = -1  # version being loaded, -1 if none
         self.alive = True
         self.pending_t = math.inf  # time of the scheduled boundary event
+        self.pending_j = 0  # steps of the current run that end at pending_t
         self.token = 0  # invalidates superseded boundary events
         self.replan_at = math.nan  # time of a scheduled same-instant replan
         self.stops: list[Seq] = []  # seqs to stop at the next boundary
@@ -186,17 +188,19 @@ class Instance:
             # At a boundary right now: re-plan at this instant (after all boundary events at now).
             if self.replan_at != now:
                 self.replan_at = now
-                self._schedule(now, 1, self._replan)
+                self._schedule(now, 1, lambda _: self._replan())
             return
         t = self.T(j)
         if t < self.pending_t:
-            self._arm(t)
+            self._arm(j, t)
 
-    def _arm(self, t: float) -> None:
+    def _arm(self, j: int, t: float) -> None:
+        """Schedule the boundary after the first j steps of the current run (at time t = T(j))."""
         self.token += 1
         tok = self.token
         self.pending_t = t
-        self._schedule(t, 0, lambda: self._boundary(tok))
+        self.pending_j = j
+        self._schedule(t, 0, lambda _: self._boundary(tok))
 
     # ---- boundary processing -------------------------------------------------------------------
     def _advance_to(self, now: float) -> None:
@@ -205,6 +209,10 @@ class Instance:
             return
         j = self.steps_by(now)
         assert self.T(j) == now, "advance to a non-boundary time"
+        self._advance(j, now)
+
+    def _advance(self, j: int, now: float) -> None:
+        """Materialise the first j steps of the run, which end at `now`."""
         self.phi_base = self.phi(j)
         self.K += j
         self.C += self.n * j
@@ -234,7 +242,8 @@ class Instance:
             return  # superseded
         now = self.pending_t
         self.pending_t = math.inf
-        self._advance_to(now)
+        if self.n and now > self.T0:
+            self._advance(self.pending_j, now)
         self._process(now)
 
     def _replan(self) -> None:
@@ -259,8 +268,11 @@ class Instance:
                 self._leave(s)
                 done.append(s)
         for s in done:
-            s.stop = ""
-            self._on_finish(s, self)
+            if s.stop.startswith("abort"):
+                self._on_stopped(s, self)  # aborted while its finish was being delivered
+            else:
+                s.stop = ""
+                self._on_finish(s, self)
         while self.stops:
             stops, self.stops = self.stops, []
             for s in stops:
@@ -307,8 +319,12 @@ class Instance:
             return
         f = self.f
         self.E = f * self.p * prefill
-        w = self.cost.weights_s
-        self.A = f * (sum(w(k) for k in self.vcount.values()) + self.b * n + self.c * self.C)
+        wt = self.wtable
+        if len(self.vcount) == 1:
+            w = wt[n]
+        else:
+            w = sum(wt[k] for k in self.vcount.values())
+        self.A = f * (w + self.b * n + self.c * self.C)
         self.Bq = f * self.c * n
         heap, running = self.heap, self.running
         while True:  # drop stale heap tops (seqs that left early)
@@ -321,9 +337,9 @@ class Instance:
         j_kv = (self.kv_tokens - self.C) // n  # steps that fit in KV
         if 0 < j_kv < j:
             j = j_kv
-        if self.reference:
+        if self.reference or j < 1:
             j = 1
-        self._arm(self.T(max(j, 1)))
+        self._arm(j, self.T(j))
 
     def _admit(self, s: Seq) -> None:
         s.state = RUNNING
@@ -360,7 +376,7 @@ class Instance:
         self.T0 = now
         self.A = self.Bq = self.E = 0.0
         done_t = now + self.load_s
-        self._schedule(done_t, 2, lambda: self._end_load(done_t, version, mode, evict))
+        self._schedule(done_t, 2, lambda _: self._end_load(done_t, version, mode, evict))
 
     def _end_load(self, now: float, version: int, mode: str, evict: int) -> None:
         self.loading = -1

@@ -14,7 +14,7 @@ class Trainer:
     the instances' loads instead)."""
 
     def __init__(self, devices: int, cost: CostModel, colocated: bool, log: EventLog,
-                 schedule: Callable[[float, int, Callable[[], None]], None],
+                 schedule: Callable[[float, int, Callable[[object], None]], None],
                  on_published: Callable[[int], None]):
         self.devices = devices
         self.cost = cost
@@ -31,24 +31,20 @@ class Trainer:
         if self.busy:
             raise RuntimeError("policy bug: Train while the trainer is busy")
         self.busy = True
-        tokens = 0
-        resp = 0
-        add = self.log.add
-        for traj, pid, ver, tok, rtok in rows:
-            tokens += tok
-            resp += rtok
-            add(now, "train", -1, traj, pid, ver, self.version, rtok)
+        tokens = sum(r[3] for r in rows)
+        code, tv = self.log.code("train"), self.version
+        self.log.extend([(now, code, -1, traj, pid, ver, tv, rtok, 0.0, 0.0, 0.0) for traj, pid, ver, _, rtok in rows])
         self.log.add(now, "train_start", trainer_version=self.version, tokens=tokens)
         dt = self.cost.train_s(tokens, self.devices)
         end = now + dt
-        self._schedule(end, 3, lambda: self._end(end, dt, tokens))
+        self._schedule(end, 3, lambda _: self._end(end, dt, tokens))
 
     def _end(self, now: float, dt: float, tokens: int) -> None:
         self.log.add(now, "train_end", trainer_version=self.version, tokens=tokens, dur_s=dt,
                      busy_s=dt * self.devices)
         pub = 0.0 if self.colocated else self.cost.publish_s
         t = now + pub
-        self._schedule(t, 3, lambda: self._publish(t, pub))
+        self._schedule(t, 3, lambda _: self._publish(t, pub))
 
     def _publish(self, now: float, pub: float) -> None:
         self.version += 1

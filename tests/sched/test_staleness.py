@@ -14,10 +14,12 @@ def _policy(eta: int, B: int, trainer_version: int) -> Policy:
 
 
 def _group(pid: int, version: int, complete: bool, p: Policy) -> GroupView:
-    g = GroupView(pid, 1, 1, version=version)
+    g = GroupView(pid, 1, 1)
+    p.view.open_group(g, version)
     if complete:
         g.state = G_COMPLETE
         p.view.buffer[pid] = g
+        p.view.buffer_by_version.setdefault(version, {})[pid] = g
     return g
 
 
@@ -51,3 +53,23 @@ def test_complete_groups_beyond_capacity():
     batch = [_group(0, 5, True, p)]
     extra = _group(1, 5, True, p)
     assert p.staleness_excess(batch, []) == ([], [extra])
+
+
+def test_staleness_ok_agrees_with_staleness_excess():
+    """The counting test used on the hot path gives the same verdict as the full rule."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=400, deadline=None)
+    @given(eta=st.integers(0, 4), B=st.integers(1, 4), i=st.integers(0, 6),
+           groups=st.lists(st.tuples(st.integers(0, 6), st.booleans()), min_size=0, max_size=24),
+           n_batch=st.integers(0, 4))
+    def check(eta, B, i, groups, n_batch):
+        p = _policy(eta=eta, B=B, trainer_version=i)
+        made = [_group(pid, v, done, p) for pid, (v, done) in enumerate(groups)]
+        batch = [g for g in made if g.state == G_COMPLETE][:n_batch]
+        running = [g for g in made if g.state != G_COMPLETE]
+        late, done = p.staleness_excess(batch, running)
+        assert p.staleness_ok(batch) == (not late and not done)
+
+    check()

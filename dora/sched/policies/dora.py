@@ -37,7 +37,7 @@ import heapq
 
 from dora.sched.predictor import LengthPredictor
 from dora.sched.state import QUEUED_OR_RUNNING, GroupView, InstView
-from dora.sched.streaming import StreamingPolicy, spread
+from dora.sched.streaming import StreamingPolicy
 
 
 class DoraPolicy(StreamingPolicy):
@@ -56,11 +56,14 @@ class DoraPolicy(StreamingPolicy):
 
     # ---- serving and placement --------------------------------------------------------------------
     def on_start(self) -> None:
+        self._elastic = [i for i in self.view.instances.values() if i.elastic]
+        caps = {self._cap(i) for i in self.view.instances.values() if not i.elastic}
+        self._cap_max, self._cap_uniform = max(caps), len(caps) == 1
         self.admit()
 
-    def serving(self) -> list[InstView]:
-        busy = self.view.trainer_busy  # elastic instances serve only while the trainer waits
-        return [i for i in super().serving() if not (i.elastic and busy)]
+    def is_serving(self, inst: InstView) -> bool:
+        # elastic instances serve only while the trainer waits
+        return super().is_serving(inst) and not (inst.elastic and self.view.trainer_busy)
 
     def work_left(self, inst: InstView) -> float:
         """Predicted tokens left on an instance: predicted lengths minus estimated progress."""
@@ -75,25 +78,18 @@ class DoraPolicy(StreamingPolicy):
     def predict_group(self, g: GroupView) -> float:
         return self.pred.predict_total(g.prompt_id, 0.0) if self.pred is not None else 0.0
 
-    def place(self, g: GroupView, insts: list[InstView]) -> list[InstView] | None:
+    def pool_key(self, inst: InstView) -> float:
+        """Predicted work per slot (as of the instance's last change; re-derived for every
+        instance at each publication and trainer step)."""
         if self.pred is None:
-            return spread(g.size, insts)
-        cand = [i for i in insts if i.free_slots() > 0]
-        if sum(i.free_slots() for i in cand) < g.size:
-            return None
-        # predicted work per slot after adding one more trajectory of this group
-        est = self.pred.predict_total(g.prompt_id, 0.0)
-        heap = []
-        for i in cand:
-            heap.append(((self.work_left(i) + est) / i.max_seqs, i.id, i, i.free_slots()))
-        heapq.heapify(heap)
-        picks: list[InstView] = []
-        while len(picks) < g.size:
-            key, iid, inst, free = heapq.heappop(heap)
-            picks.append(inst)
-            if free > 1:
-                heapq.heappush(heap, (key + est / inst.max_seqs, iid, inst, free - 1))
-        return picks
+            return super().pool_key(inst)
+        return self.work_left(inst) / inst.max_seqs
+
+    def pick_cost(self, g: GroupView) -> float:
+        return 1.0 if self.pred is None else self.pred.predict_total(g.prompt_id, 0.0)
+
+    def pick_step(self, inst: InstView, cost: float) -> float:
+        return cost if self.pred is None else cost / inst.max_seqs
 
     def admission_cap(self) -> int:
         return super().admission_cap() + self.extra
@@ -104,43 +100,83 @@ class DoraPolicy(StreamingPolicy):
         return self.work_left(inst)
 
     def repartition(self) -> None:
-        """Move instances to the newest version, least old-version load first."""
+        """Move instances to the newest version, least old-version load first.
+
+        Per old version: drained instances switch at once; then, fewest trajectories first
+        (ties: least predicted remaining work), an instance with at most `repartition_load` of
+        its slots busy switches when the packing room of its same-version peers (`_room`) can
+        take its trajectories, which migrate to the busiest peers with room.
+        Candidates come from the load buckets of `self.old`, so a call costs O(slots), not
+        O(instances)."""
         latest = self.view.latest_version
-        old = [i for i in self.view.instances.values()
-               if i.alive and i.loading < 0 and latest not in i.versions and not i.elastic]
-        if not old:
+        if not len(self.old):
             return
         if self.vpi > 1:
-            self._repartition_multi(old, latest)
+            self._repartition_multi([i for v in self.old.versions() for i in self.old.members(v)], latest)
             return
-        old.sort(key=lambda i: (self.old_load(i), i.id))
-        room: dict[int, int] = {}  # version -> free slots under the packing cap on its old instances
-        for i in old:
-            v = next(iter(i.versions))
-            room[v] = room.get(v, 0) + self._room(i)
-        switching: set[int] = set()
-        for inst in old:
-            ver = next(iter(inst.versions))
-            if not inst.active:
-                switching.add(inst.id)
-                room[ver] -= self._room(inst)
+        for ver in self.old.versions():
+            self._repartition_version(ver, latest)
+
+    def _repartition_version(self, ver: int, latest: int) -> None:
+        old = self.old
+        drained = old.bucket(ver, 0)
+        if drained:
+            for inst in sorted(drained, key=lambda i: i.id):
+                self.load(inst, latest)  # drained: switch now
+        loads = old.loads(ver)
+        room = self._room_total(ver, loads)
+        if room <= 0 or (self._cap_uniform and room < self._cap_max):
+            return  # a candidate needs room >= max(cap, its load)
+        share = self.dc.repartition_load
+        for load in loads:
+            if load > room:
+                break  # a candidate needs room >= its load; loads ascend
+            bucket = [i for i in old.bucket(ver, load) if load <= share * i.max_seqs]
+            if not bucket:
+                continue
+            bucket.sort(key=lambda i: (self.old_load(i), i.id))
+            for inst in bucket:
+                if room - self._room(inst) < inst.load or not inst.settled():
+                    continue
+                room -= self._room(inst) + inst.load
+                peers = self._packing_peers(ver, inst)
+                for tid in list(inst.active):
+                    self.migrate(tid, next(p for p in peers if self._room(p) > 0), kv=self.dc.migrate_kv)
                 self.load(inst, latest)
-                continue
-            if inst.load > self.dc.repartition_load * inst.max_seqs:
-                continue
-            if room[ver] - self._room(inst) < inst.load or not inst.settled():
-                continue
-            room[ver] -= self._room(inst) + inst.load
-            peers = sorted((i for i in old if i.id != inst.id and i.id not in switching
-                            and ver in i.versions and self._room(i) > 0), key=lambda i: (-i.load, i.id))
-            for tid in list(inst.active):
-                self.migrate(tid, next(p for p in peers if self._room(p) > 0), kv=self.dc.migrate_kv)
-            switching.add(inst.id)
-            self.load(inst, latest)
+                if self._cap_uniform and room < self._cap_max:
+                    return
+
+    def _cap(self, inst: InstView) -> int:
+        return max(int(self.dc.pack_occupancy * inst.max_seqs), 1)
 
     def _room(self, inst: InstView) -> int:
         """Slots an old-version peer still takes migrated tails into (packing cap minus its load)."""
-        return max(max(int(self.dc.pack_occupancy * inst.max_seqs), 1) - inst.load, 0)
+        return max(self._cap(inst) - inst.load, 0)
+
+    def _room_total(self, ver: int, loads: list[int]) -> int:
+        """Packing room over the old instances of `ver` (`loads`: their loads, ascending)."""
+        total = 0
+        cap = self._cap_max
+        for load in loads:
+            if load >= cap:
+                break  # loads ascend: no room at or above the largest cap
+            b = self.old.bucket(ver, load)
+            if self._cap_uniform:
+                total += len(b) * (cap - load)
+            else:
+                total += sum(self._room(i) for i in b)
+        return total
+
+    def _packing_peers(self, ver: int, src: InstView) -> list[InstView]:
+        """Same-version instances with packing room, busiest first (ties: lowest id)."""
+        out = []
+        for load in reversed(self.old.loads(ver)):
+            if load >= self._cap_max:
+                continue
+            for p in self.old.at(ver, load):
+                if p.id != src.id and self._room(p) > 0:
+                    out.append(p)
+        return out
 
     def _repartition_multi(self, old: list[InstView], latest: int) -> None:
         """versions_per_instance > 1: load the newest next to the old; evict versions with no work."""
@@ -169,8 +205,10 @@ class DoraPolicy(StreamingPolicy):
             self.pred.observe(t.prompt_id, t.tokens, inst.id, self.now - t.t_start)
             if group_done is not None:
                 self.pred.forget(group_done.prompt_id)
-        latest = self.view.latest_version
-        if inst.alive and inst.loading < 0 and latest not in inst.versions:
+        at = self.old.where.get(inst.id)
+        if at is not None and self.vpi == 1:
+            self._repartition_version(at[0], self.view.latest_version)  # only its version's loads changed
+        elif at is not None:
             self.repartition()
 
     def on_loaded(self, inst: InstView, version: int) -> None:
@@ -183,14 +221,20 @@ class DoraPolicy(StreamingPolicy):
         again would drop the long answers: a length-biased selection, C2)."""
         if len(self.view.buffer) < self.B:
             return None
+        # Fast path for the common wait: an in-flight group that must be in this step (its
+        # deadline is now) and may not be regenerated again. In-flight groups are in start
+        # order, so versions ascend; the full check below finds the same answer.
+        if any(g.attempts >= self.dc.max_regenerations for g in self.overdue(self.inflight.values())):
+            return None
         batch = self.stalest_first(self.B)
-        late, done = self.staleness_excess(batch, self.inflight.values())
-        if not late and not done:
+        if self.staleness_ok(batch):
             return batch
+        late, done = self.staleness_excess(batch, self.inflight.values())
         if any(g.attempts >= self.dc.max_regenerations for g in late):
             return None
         for g in late + done:
             self.regenerate(g, "stale")
+        self.repartition()  # aborts may have drained old instances
         self.admit()
         return batch
 
@@ -200,8 +244,8 @@ class DoraPolicy(StreamingPolicy):
         if not self.dc.elastic_trainer:
             return
         latest = self.view.latest_version
-        for inst in self.view.instances.values():
-            if inst.elastic and inst.alive and inst.loading < 0 and not inst.active and latest not in inst.versions:
+        for inst in self._elastic:
+            if inst.alive and inst.loading < 0 and not inst.active and latest not in inst.versions:
                 self.load(inst, latest)
 
     def train_batch(self, batch: list[GroupView]) -> None:
@@ -214,9 +258,7 @@ class DoraPolicy(StreamingPolicy):
         if not self.dc.elastic_trainer:
             return
         regular = [i for i in self.view.instances.values() if i.alive and not i.elastic and i.loading < 0]
-        for inst in self.view.instances.values():
-            if not inst.elastic:
-                continue
+        for inst in self._elastic:
             for t in list(inst.active.values()):
                 if t.state != QUEUED_OR_RUNNING:
                     continue

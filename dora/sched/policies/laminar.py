@@ -32,6 +32,7 @@ class LaminarPolicy(StreamingPolicy):
         self._last_repack = -1e18
 
     def on_start(self) -> None:
+        self._slots = max(i.max_seqs for i in self.view.instances.values())
         self.admit()
 
     def _refresh_if_drained(self, inst: InstView) -> None:
@@ -60,37 +61,52 @@ class LaminarPolicy(StreamingPolicy):
             return
         self._last_repack = self.now
         latest = self.view.latest_version
-        by_version: dict[int, list[InstView]] = {}
-        for inst in self.view.instances.values():
-            if inst.alive and inst.loading < 0 and inst.active and latest not in inst.versions:
-                by_version.setdefault(next(iter(inst.versions)), []).append(inst)
-        threshold = self.repack_occ
-        for insts in by_version.values():
-            if len(insts) < 2:
+        for ver in self.old.versions():
+            if self.old.count(ver) - len(self.old.at(ver, 0)) < 2:
                 continue
-            sources = sorted((i for i in insts if i.load <= threshold * i.max_seqs), key=lambda i: (i.load, i.id))
-            emptied: set[int] = set()
-            for src in sources:
-                if not src.settled():  # took repacked trajectories in this pass, or still receiving
+            for load in self.old.loads(ver):
+                if load == 0:
                     continue
-                dsts = sorted((i for i in insts if i.id != src.id and i.id not in emptied and i.free_slots() > 0),
-                              key=lambda i: (-i.load, i.id))
-                if sum(d.free_slots() for d in dsts) < src.load:
-                    continue
-                for tid in list(src.active):
-                    dst = next(d for d in dsts if d.free_slots() > 0)
-                    self.migrate(tid, dst, kv=self.repack_kv)
-                emptied.add(src.id)
-                self.load(src, latest)
+                if load > self.repack_occ * self._slots:
+                    break
+                for src in self.old.at(ver, load):
+                    if src.load > self.repack_occ * src.max_seqs:
+                        continue
+                    if src.id not in self.old or not src.settled():
+                        continue  # already emptied, or took repacked trajectories in this pass
+                    n = src.load
+                    empty_room = sum(max(i.free_slots(), 0) for i in self.old.at(ver, 0))
+                    if self.old.free[ver] - empty_room - max(src.free_slots(), 0) < n:
+                        continue
+                    dsts = self._busiest_with_room(ver, src, n)
+                    for tid in list(src.active):
+                        dst = next(d for d in dsts if d.free_slots() > 0)
+                        self.migrate(tid, dst, kv=self.repack_kv)
+                    self.load(src, latest)
+
+    def _busiest_with_room(self, ver: int, src: InstView, n: int) -> list[InstView]:
+        """Instances of `ver` other than `src` with free slots, busiest first (ties: lowest id),
+        enough of them to take n trajectories."""
+        out: list[InstView] = []
+        room = 0
+        for load in reversed(self.old.loads(ver)):
+            if load == 0:
+                break
+            for d in self.old.at(ver, load):
+                if d.id != src.id and d.free_slots() > 0:
+                    out.append(d)
+                    room += d.free_slots()
+            if room >= n:
+                break
+        return out
 
     def on_migrated(self, traj: int, src: int, dst: int) -> None:
         pass
 
     def ready_batch(self) -> list[GroupView] | None:
-        if len(self.view.buffer) < self.B:
+        if len(self.view.buffer) < self.B or self.overdue(self.inflight.values()):
             return None
         batch = self.stalest_first(self.B)
-        late, done = self.staleness_excess(batch, self.inflight.values())
-        if late or done:
+        if not self.staleness_ok(batch):
             return None  # wait: training now would push an in-flight group past η
         return batch

@@ -31,12 +31,20 @@ class PartialPolicy(Policy):
         self.max_concurrent = cfg.partial.max_concurrent_groups
         self._rr = 0
         self._loads = 0
-        self._order: list[InstView] = []
+        self._alive: list[InstView] = []  # alive instances by id (the round-robin order)
+        self._alive_ids: set[int] = set()
         self._inflight: dict[int, GroupView] = {}  # running groups, in start order
         self._requested = 0  # groups asked for with SampleGroups, not yet answered
 
+    def index_all(self) -> None:
+        self._alive = [i for i in sorted(self.view.instances.values(), key=lambda i: i.id) if i.alive]
+        self._alive_ids = {i.id for i in self._alive}
+
+    def index_instance(self, inst: InstView) -> None:
+        if inst.alive != (inst.id in self._alive_ids):
+            self.index_all()
+
     def on_start(self) -> None:
-        self._order = sorted(self.view.instances.values(), key=lambda i: i.id)
         if self.max_concurrent == 0:
             g = self.G or 1
             self.max_concurrent = max(1, self.view.total_slots() // g)
@@ -63,7 +71,7 @@ class PartialPolicy(Policy):
             self._start(g)
 
     def _start(self, g: GroupView) -> None:
-        alive = [i for i in self._order if i.alive]
+        alive = self._alive
         picks = []
         for _ in range(g.size):
             picks.append(alive[self._rr % len(alive)])
@@ -79,11 +87,10 @@ class PartialPolicy(Policy):
     def ready_batch(self):
         """B finished groups, earliest-started first; wait while that would leave a group beyond η."""
         v = self.view
-        if len(v.buffer) < self.B:
+        if len(v.buffer) < self.B or self.overdue(self._inflight.values()):
             return None
         batch = sorted(v.buffer.values(), key=lambda g: (g.t_sampled, g.prompt_id))[: self.B]
-        late, done = self.staleness_excess(batch, self._inflight.values())
-        if late or done:
+        if not self.staleness_ok(batch):
             return None
         return batch
 
