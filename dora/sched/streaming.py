@@ -43,9 +43,6 @@ class StreamingPolicy(Policy):
         """Takes new groups now: alive, not loading, holding the newest version."""
         return inst.alive and inst.loading < 0 and self.view.latest_version in inst.versions
 
-    def serving(self) -> list[InstView]:
-        return sorted(self.pool.values(), key=lambda i: i.id)
-
     def pool_key(self, inst: InstView) -> float:
         """Placement order among serving instances (smallest first; ties: lowest id)."""
         return -inst.free_slots()
