@@ -62,8 +62,10 @@ class LaminarPolicy(StreamingPolicy):
         self._last_repack = self.now
         latest = self.view.latest_version
         for ver in self.old.versions():
-            if self.old.count(ver) - len(self.old.at(ver, 0)) < 2:
+            empties = self.old.bucket(ver, 0)  # drained, refreshing: neither sources nor destinations
+            if self.old.count(ver) - len(empties) < 2:
                 continue
+            empty_room = sum(max(i.free_slots(), 0) for i in empties)
             for load in self.old.loads(ver):
                 if load == 0:
                     continue
@@ -75,7 +77,6 @@ class LaminarPolicy(StreamingPolicy):
                     if src.id not in self.old or not src.settled():
                         continue  # already emptied, or took repacked trajectories in this pass
                     n = src.load
-                    empty_room = sum(max(i.free_slots(), 0) for i in self.old.at(ver, 0))
                     if self.old.free[ver] - empty_room - max(src.free_slots(), 0) < n:
                         continue
                     dsts = self._busiest_with_room(ver, src, n)
