@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from contextlib import contextmanager
 from typing import Iterator
@@ -24,3 +25,12 @@ def cli_errors(prog: str) -> Iterator[None]:
     except InputError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         raise SystemExit(InputError.exit_code) from None
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors: `prog: error: message; see --help`, exit status 2
+    (argparse's own error prints the whole usage block first)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        msg = " ".join(message.split())
+        self.exit(InputError.exit_code, f"{self.prog}: error: {msg}; see {self.prog} --help\n")

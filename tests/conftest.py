@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
 
 from dora.config import build
 from dora.sim.config import SimConfig
@@ -13,6 +15,14 @@ from dora.trace import load_trace, write_trace
 from dora.trace.generate import TraceParams, generate_to
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Hypothesis profiles (tests that set max_examples themselves keep theirs): `dora` is the default
+# run's size; `full` is the property suite's acceptance run (>= 500 cases per policy):
+#   DORA_HYPOTHESIS_PROFILE=full python -m pytest tests/sched/test_properties.py
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile("dora", max_examples=20, deadline=None, suppress_health_check=_SLOW_OK)
+settings.register_profile("full", max_examples=500, deadline=None, suppress_health_check=_SLOW_OK)
+settings.load_profile(os.environ.get("DORA_HYPOTHESIS_PROFILE", "dora"))
 
 
 def write_lengths(path: Path, lengths: list[list[int]], prompt_len: int | list[int] = 10) -> Path:

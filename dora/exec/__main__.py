@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 
 from dora.config import apply_cli, build, deep_merge, load_yaml
-from dora.errors import InputError, cli_errors
-from dora.exec.run_config import POLICY_NAMES, ExecConfig
+from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.exec.run_config import POLICY_NAMES, ExecConfig, check_model
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m dora.exec", description=__doc__,
+    ap = ArgumentParser(prog="python -m dora.exec", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="local HF checkpoint directory or hub id")
     ap.add_argument("--policy", action="append", choices=POLICY_NAMES, help="policy (repeat to run several in turn)")
@@ -45,6 +45,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--events", metavar="OUT.parquet", help="event log (several policies: OUT.<policy>.parquet)")
     ap.add_argument("--trace-out", metavar="OUT.parquet", help="the trained trajectories as a trace (DESIGN.md schema "
                     "with the recorded-run columns; several policies: OUT.<policy>.parquet)")
+    ap.add_argument("--profile-out", metavar="OUT.json", help="timing profile for python -m dora.sim calibrate "
+                    "(several policies: OUT.<policy>.json; always also written as <out>/<policy>/profile.json)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     return ap
 
@@ -70,12 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     with cli_errors("dora.exec"):
         cfg = resolve_config(args)
-        for out in (args.json, args.events, args.trace_out):
+        for out in (args.json, args.events, args.trace_out, args.profile_out):
             if out and Path(out).is_dir():
                 raise InputError(f"output {out}: is a directory; give a file path")
-        if cfg.task.dataset != "count" and not Path(cfg.task.dataset).is_file():
-            raise InputError(f"dataset {cfg.task.dataset}: file not found; pass a .parquet/.jsonl file with "
-                             "prompt and answer columns, or 'count'")
+        if Path(cfg.out).exists() and not Path(cfg.out).is_dir():
+            raise InputError(f"out {cfg.out}: is a file; --out names a directory for checkpoints and logs")
+        check_model(cfg.model)
+        if cfg.task.dataset != "count":
+            from dora.exec.tasks import load_dataset
+
+            load_dataset(cfg.task.dataset)  # refuse a bad dataset before any engine starts
         try:
             import torch  # noqa: F401
             import transformers  # noqa: F401
@@ -107,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
 
             for res in results:
                 write_recorded_trace(res, events_path(args.trace_out, res.policy, several))
+        if args.profile_out:
+            from dora.profile import write_profile
+
+            for res in results:
+                write_profile(res.profile, events_path(args.profile_out, res.policy, several))
     return 0
 
 

@@ -46,6 +46,8 @@ class TrainerConfig:
     threads: int = 0                 # torch CPU threads (0: torch's default); 1 when engines share the cores
 
     def validate(self) -> None:
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise InputError(f"betas: expected two numbers in [0, 1) (Adam beta1, beta2), got {list(self.betas)}")
         if self.threads < 0:
             raise InputError(f"threads: must be >= 0, got {self.threads}")
         if self.lr <= 0:
@@ -84,6 +86,10 @@ class TaskConfig:
             raise InputError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
         if self.median_span < 1 or self.max_span < 1 or self.sigma < 0 or self.max_low < 0:
             raise InputError("median_span, max_span: must be >= 1; sigma, max_low: must be >= 0")
+        from dora.exec.rewards import REWARDS
+
+        if self.reward != "auto" and self.reward not in REWARDS:
+            raise InputError(f"reward: {self.reward!r} unknown; choose auto or one of {', '.join(sorted(REWARDS))}")
 
     def reward_name(self) -> str:
         if self.reward != "auto":

@@ -21,6 +21,7 @@ devices / max_num_seqs), so bubble ratios are computed by the same code as in si
 from __future__ import annotations
 
 import csv
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -45,6 +46,7 @@ class ExecResult:
     events: Any  # pandas DataFrame
     trace_rows: list[dict]
     steps: list[dict]
+    profile: dict | None = None  # dora.profile: timings for calibration
 
 
 class TrainerActor:
@@ -103,6 +105,7 @@ class Orchestrator:
         self.t0 = time.perf_counter()
         self.next_draw = 0
         self.example_of: dict[int, int] = {}  # prompt_id -> example index
+        self.drawn_at: dict[int, int] = {}  # prompt_id -> trainer version when it was drawn (trace `step`)
         self.where: dict[int, int] = {}  # live trajectory -> instance
         self.seg: dict[int, tuple[float, int]] = {}  # live trajectory -> (segment start, tokens before it)
         self.meta: dict[int, tuple[int, int, float]] = {}  # traj -> (prompt_id, sample_idx, t_dispatch)
@@ -140,6 +143,7 @@ class Orchestrator:
                 pid = self.next_draw
                 self.next_draw += 1
                 self.example_of[pid] = k
+                self.drawn_at[pid] = self.version
                 specs.append(E.GroupSpec(pid, G, len(self.prompt_ids[k])))
                 self.log.add(now, "sample", prompt_id=pid, tokens=G, detail=a.reason)
             self.deliver(E.GroupsSampled(tuple(specs)))
@@ -247,7 +251,8 @@ class Orchestrator:
             rows.append({"prompt_id": pid, "sample_idx": sidx, "prompt_len": len(r.prompt_ids),
                          "response_len": len(r.token_ids), "finish_reason": "length" if r.finish_reason == "length"
                          else "stop", "reward": reward, "version": gen_version, "instance": self.fin_inst.get(traj, -1),
-                         "t_start_s": t_disp, "t_end_s": self.fin_t.get(traj, now), "step": self.version})
+                         "t_start_s": t_disp, "t_end_s": self.fin_t.get(traj, now),
+                         "step": self.drawn_at.get(pid, self.version)})
         tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in batch)
         self.log.add(now, "train_start", trainer_version=self.version, tokens=tokens)
         self.train_job = (self.trainer.step.remote(batch), now, rows, tokens)
@@ -413,8 +418,6 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
             if cfg.ray_address:
                 ray.init(address=cfg.ray_address, log_to_driver=False)
             else:
-                import os
-
                 ray.init(num_cpus=max(os.cpu_count() or 1, r.instances + 2), include_dashboard=False,
                          log_to_driver=False)
         # on a GPU box the engines and the trainer share the GPUs there are (fractions of one, or one each)
@@ -441,6 +444,7 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
         orch = Orchestrator(cfg, name, engines, trainer, tok, examples, progress, runtime=ray)
         orch.run()
         ray.get(trainer.save_checkpoint.remote())
+        engine_stats = ray.get([e.stats.remote() for e in engines])
         for e in engines:
             ray.get(e.close.remote())
             ray.kill(e)
@@ -451,12 +455,18 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
         metrics["wall_s"] = orch.now()
         metrics["reward_final"] = orch.step_rows[-1].get("reward_mean", float("nan")) if orch.step_rows else float("nan")
         _write_steps_csv(run_dir / "steps.csv", orch.step_rows)
+        from dora.profile import build_profile, write_profile
+
+        profile = build_profile(df, engine_stats, orch.run_info)
+        profile["wall_s"] = metrics["wall_s"]
+        profile["host_loadavg_1m"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0  # shared-host check
+        write_profile(profile, run_dir / "profile.json")
         config = {k: v for k, v in orch.run_info.items() if k not in ("policy", "body")}
         from dora.config import to_dict
 
         config.update(seed=cfg.seed, rollout=to_dict(cfg.rollout), trainer=to_dict(cfg.trainer), task=to_dict(cfg.task),
                       policy=orch.policy.config_dict())
-        out.append(ExecResult(name, config, metrics, df, orch.trace_rows, orch.step_rows))
+        out.append(ExecResult(name, config, metrics, df, orch.trace_rows, orch.step_rows, profile))
     return out
 
 

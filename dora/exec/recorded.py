@@ -10,7 +10,9 @@ from dora.trace import write_trace
 
 
 def write_recorded_trace(result, path: str | Path) -> Path:
-    """One row per trained trajectory: lengths, finish reason, reward, generating version, instance, times."""
+    """One row per trained trajectory: lengths, finish reason, reward, `step` (the trainer version when its
+    group was drawn), generating `version`, the `instance` it finished on, `t_start_s` (dispatch) and
+    `t_end_s` (finish), run seconds."""
     rows = result.trace_rows
     if not rows:
         raise ValueError(f"run {result.policy}: no trained trajectories to write")

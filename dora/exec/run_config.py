@@ -41,6 +41,16 @@ class RolloutConfig:
             raise InputError(f"weight_sync: {self.weight_sync!r} is not one of 'tensors', 'checkpoint'")
         if not self.temperature > 0:
             raise InputError(f"temperature: must be > 0 for RL sampling, got {self.temperature}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise InputError(f"device: {self.device!r} is not one of 'auto', 'cpu', 'cuda'")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise InputError(f"dtype: {self.dtype!r} is not one of 'float32', 'bfloat16', 'float16'")
+        if self.max_model_len < 2:
+            raise InputError(f"max_model_len: must be >= 2 tokens (prompt + generation), got {self.max_model_len}")
+        if self.cpu_threads < 0:
+            raise InputError(f"cpu_threads: must be >= 0, got {self.cpu_threads}")
+        if self.kv_cache_bytes < 1:
+            raise InputError(f"kv_cache_bytes: must be >= 1, got {self.kv_cache_bytes}")
 
 
 @dataclass
@@ -64,6 +74,9 @@ class ExecConfig:
         check_run(self.policies, self.steps, self.policy)
         if self.runtime not in ("ray", "local"):
             raise InputError(f"runtime: {self.runtime!r} is not one of 'ray', 'local'")
+        if self.task.max_new_tokens >= self.rollout.max_model_len:
+            raise InputError(f"task.max_new_tokens: {self.task.max_new_tokens} leaves no room for the prompt in "
+                             f"rollout.max_model_len {self.rollout.max_model_len}; lower it or raise max_model_len")
         if self.policy.group_size < 1:
             raise InputError(f"policy.group_size: must be >= 1 sample per prompt, got {self.policy.group_size}")
         if self.policy.dora.versions_per_instance > 1:
@@ -75,3 +88,59 @@ class ExecConfig:
         if self.policy.sync.colocated:
             raise InputError("policy.sync.colocated: the executor runs engines and trainer as separate processes; "
                              "set it to false")
+
+
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+def check_model(model: str) -> None:
+    """Refuse a --model that cannot load, before any engine starts: a local path must be a Hugging
+    Face checkpoint directory (config.json with a model_type, weights, tokenizer files). A name
+    that is not a path (`org/name`) is taken as a hub id and left to the engines."""
+    import json
+    from pathlib import Path
+
+    p = Path(model).expanduser()
+    fix = "pass a checkpoint directory (build one: python -m dora.exec.tiny_model --out DIR) or a hub id"
+    if not p.exists():
+        if model.startswith(("/", ".", "~")) or model.endswith("/") or model.count("/") > 1:
+            raise InputError(f"model {model}: not found; {fix}")
+        return  # a hub id
+    if not p.is_dir():
+        raise InputError(f"model {model}: is a file, not a checkpoint directory; {fix}")
+    cfg = p / "config.json"
+    if not cfg.is_file():
+        raise InputError(f"model {model}: no config.json, not a Hugging Face checkpoint; {fix}")
+    try:
+        meta = json.loads(cfg.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(f"model {model}: config.json is not valid JSON ({type(e).__name__}); {fix}") from None
+    if not isinstance(meta, dict) or "model_type" not in meta:
+        raise InputError(f"model {model}: config.json has no model_type; {fix}")
+    if not any(next(p.glob(pat), None) for pat in WEIGHT_FILES):
+        raise InputError(f"model {model}: no weights ({' or '.join(WEIGHT_FILES)}); {fix}")
+    for w in sorted(p.glob("*.safetensors")):
+        if not _safetensors_header_ok(w):
+            raise InputError(f"model {model}: {w.name} is not a readable safetensors file (truncated or "
+                             f"corrupt header); re-save the checkpoint")
+    if not any((p / f).is_file() for f in TOKENIZER_FILES):
+        raise InputError(f"model {model}: no tokenizer files ({', '.join(TOKENIZER_FILES)}); {fix}")
+
+
+def _safetensors_header_ok(path) -> bool:
+    """A safetensors file starts with an 8-byte little-endian length and that many bytes of JSON."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) != 8:
+                return False
+            n = int.from_bytes(head, "little")
+            if n < 2 or n > 100_000_000:
+                return False
+            blob = f.read(n)
+        return len(blob) == n and isinstance(json.loads(blob), dict)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False

@@ -20,12 +20,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from dora.errors import InputError, cli_errors
+from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.eventlog import read_events
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m dora.plots", description=__doc__,
+    ap = ArgumentParser(prog="python -m dora.plots", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="kind", required=True, metavar="{timeline,bubbles,staleness,lengths,sweep,perfetto}")
     helps = {

@@ -55,8 +55,12 @@ def scaling_plot(table, x: str = "cluster.instances", title: str | None = None):
             a.minorticks_off()
         a.set_xlabel("rollout instances (log scale)")
         a.grid(alpha=0.3)
-        a.set_ylim(bottom=0)
-    ax.set_ylabel("end-to-end throughput (trained samples/s)")
+    ax2.set_ylim(bottom=0)
+    if len(vals) > 1 and (tab["e2e_samples_per_s"] > 0).all():
+        ax.set_yscale("log")  # throughput grows with the cluster: equal ratios, equal distances
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_ylabel("end-to-end throughput (trained samples/s, log scale)")
     ax2.set_ylabel("scaling efficiency (throughput per instance / at smallest)")
     ax.legend(fontsize=8, frameon=False, title="policy", title_fontsize=8)
     ax2.legend(fontsize=8, frameon=False)

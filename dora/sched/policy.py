@@ -89,8 +89,12 @@ class Policy:
         if g.state == G_RUNNING and traj in g.trajs:
             self.regenerate(g, "lost")
 
-    def on_instance_failed(self, inst: InstView) -> None: ...
-    def on_instance_recovered(self, inst: InstView) -> None: ...
+    def on_instance_failed(self, inst: InstView, was_loading: int) -> None:
+        """`inst` died (its trajectories follow as TrajectoryLost events); `was_loading` is the
+        version it was asked to load, or -1: that load will never complete."""
+
+    def on_instance_recovered(self, inst: InstView) -> None:
+        """`inst` is back, empty, holding `inst.versions`."""
 
     def index_instance(self, inst: InstView) -> None:
         """An instance's versions, loading state or liveness changed (policies keeping indexes
@@ -124,10 +128,17 @@ class Policy:
         """True when `staleness_excess(batch, <the started, incomplete groups>)` would find
         nothing: by counts per version of the open groups (every k >= 0 must hold the groups
         due within k steps in k batches), in O(versions)."""
+        counts: dict[int, int] = {}
+        for g in batch:
+            counts[g.version] = counts.get(g.version, 0) + 1
+        return self.staleness_ok_counts(counts)
+
+    def staleness_ok_counts(self, batch_counts: dict[int, int]) -> bool:
+        """`staleness_ok` for a batch given as groups per version."""
         i, eta, B = self.view.trainer_version, self.eta, self.B
         versions = dict(self.view.open_versions)
-        for g in batch:
-            versions[g.version] -= 1
+        for ver, k in batch_counts.items():
+            versions[ver] -= k
         seen = 0
         for v in sorted(versions):
             seen += versions[v]
@@ -271,7 +282,8 @@ class Policy:
 
     def _weights_loaded(self, ev: E.WeightsLoaded) -> None:
         inst = self.view.instances[ev.instance]
-        inst.loading = -1
+        if inst.loading == ev.version:
+            inst.loading = -1  # (else a newer load was requested while this one ran: still loading)
         if inst.load_mode == "add":
             inst.versions.add(ev.version)
             inst.versions.discard(inst.evict)
@@ -295,9 +307,12 @@ class Policy:
 
     def _instance_failed(self, ev: E.InstanceFailed) -> None:
         inst = self.view.instances[ev.instance]
+        was_loading = inst.loading
         inst.alive = False
+        inst.loading = -1
+        inst.versions = set()
         self.index_instance(inst)
-        self.on_instance_failed(inst)
+        self.on_instance_failed(inst, was_loading)
 
     def _instance_recovered(self, ev: E.InstanceRecovered) -> None:
         inst = self.view.instances[ev.instance]

@@ -6,6 +6,9 @@ Examples:
   python -m dora.sim --trace T.parquet --hardware H20 --model qwen2.5-32b --set policy.dora.migrate_kv=false
   python -m dora.sim sweep --grid cluster.instances=64,256 --policy dora --policy sync --out sweep.parquet
       (one tidy table over a grid of config values / trace shapes: see dora/sim/sweep.py or `sweep --help`)
+  python -m dora.sim calibrate out/exec/dora/profile.json --out cost.yaml   (fit the cost model to a real run)
+  python -m dora.sim compare real_events.parquet sim_events.parquet         (real vs simulated metrics)
+  python -m dora.sim tune --trace rec.parquet --cost cost.yaml --out tuned.yaml  (search dora's knobs)
 
 Precedence of settings: built-in defaults < --hardware/--model preset < --config YAML <
 --cost YAML < the flags < --set KEY=VALUE (dotted keys of SimConfig, e.g. cluster.max_seqs=128).
@@ -19,17 +22,17 @@ import time
 from pathlib import Path
 
 from dora.config import apply_cli, build, deep_merge, load_yaml, to_dict
-from dora.errors import InputError, cli_errors
+from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.eventlog import events_path, write_events
 from dora.sim.config import POLICY_NAMES, SimConfig
 from dora.sim.presets import HARDWARE, MODELS, derive
-from dora.report import add_ratios, table, write_json
+from dora.report import ROWS, add_ratios, table, write_json
 from dora.sim.run import check_fits, simulate
 from dora.trace import load_trace
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m dora.sim", description=__doc__,
+    ap = ArgumentParser(prog="python -m dora.sim", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", help="trace parquet (default: traces/moe_longtail.parquet)")
     ap.add_argument("--policy", action="append", choices=POLICY_NAMES,
@@ -47,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--eta", type=int, help="staleness bound η")
     ap.add_argument("--seed", type=int, help="seed of the MoE imbalance draws")
     ap.add_argument("--reference", action="store_true", help="one event per decode step (slow, for checking)")
+    ap.add_argument("--mtbf-s", type=float,
+                    help="instance failures: mean time between failures per rollout instance, simulated s")
+    ap.add_argument("--repair-s", type=float, help="failed instance back after this many simulated s (default 600)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key")
     ap.add_argument("--json", metavar="OUT", help="write {runs: [{policy, config, metrics}]} here")
     ap.add_argument("--events", metavar="OUT.parquet",
@@ -77,6 +83,7 @@ def resolve_config(args: argparse.Namespace) -> SimConfig:
         ("cluster", "instances"): args.instances, ("cluster", "devices_per_instance"): args.devices_per_instance,
         ("cluster", "max_seqs"): args.max_seqs, ("cluster", "trainer_devices"): args.trainer_devices,
         ("policy", "eta"): args.eta, ("policy", "batch_size"): args.batch_size,
+        ("faults", "mtbf_s"): args.mtbf_s, ("faults", "repair_s"): args.repair_s,
     }
     if args.policy:
         data["policies"] = args.policy
@@ -91,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         from dora.sim.sweep import main as sweep_main
 
         return sweep_main(argv[1:])
+    if argv[:1] in (["calibrate"], ["compare"], ["tune"]):
+        import importlib
+
+        return importlib.import_module(f"dora.sim.{argv[0]}").main(argv[1:])
     args = parser().parse_args(argv)
     with cli_errors("dora.sim"):
         cfg = resolve_config(args)
@@ -121,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"({c.max_seqs} slots each), {c.trainer_devices} trainer devices; B={cfg.policy.batch_size} "
                  f"groups x G={trace.group_size}, eta={cfg.policy.eta}, {cfg.steps} steps; "
                  f"bubble-free bound {runs[0]['metrics']['bound_samples_per_s']:.3f} samples/s")
-        print(table(runs, title))
+        faulty = any(r["metrics"].get("instance_failures") for r in runs)
+        print(table(runs, title, ROWS + (("instance_failures", "instances_failed") if faulty else ())))
         print(f"({time.perf_counter() - t0:.1f} s wall)", file=sys.stderr)
         if args.json:
             write_json(runs, args.json)

@@ -16,13 +16,17 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from dora.errors import InputError
 from dora.eventlog import EventLog
 from dora.sched import actions as A
 from dora.sched import events as E
 from dora.sched.policy import Policy
 from dora.sim.cost import CostModel
+from dora.sim.faults import FaultConfig, FaultDraws
+from dora.sim.imbalance import ImbalanceProcess
 from dora.sim.instance import GONE, RUNNING, WAITING, Instance, Seq
 from dora.sim.trainer import Trainer
+from dora.sim.weightsync import WeightSync, WeightSyncConfig
 from dora.trace import Trace
 
 _KIND_STRIDE = 1 << 20
@@ -76,6 +80,7 @@ class ClusterSpec:
     colocated: bool
     slowdowns: np.ndarray  # per instance
     elastic: tuple[int, ...] = ()  # instances on the trainer's devices (rollout only while it waits)
+    stragglers: np.ndarray | None = None  # per instance, the part of `slowdowns` that is not MoE imbalance
 
 
 class Cluster:
@@ -83,7 +88,9 @@ class Cluster:
 
     def __init__(self, trace: Trace, spec: ClusterSpec, cost: CostModel, policy: Policy, steps: int,
                  reference: bool = False, log: EventLog | None = None,
-                 progress: Callable[[int, float], None] | None = None):
+                 progress: Callable[[int, float], None] | None = None,
+                 faults: FaultConfig | None = None, seed: int = 0, weights: WeightSyncConfig | None = None,
+                 imbalance: ImbalanceProcess | None = None):
         self.env = simpy.Environment()
         self.trace = trace
         self.spec = spec
@@ -110,17 +117,33 @@ class Cluster:
         self.events = 0  # scheduler events delivered
         self.sim_events = 0  # SimPy events processed (boundaries, loads, trainer, arrivals)
         self.done = self.env.event()
+        self.faults = faults if faults is not None else FaultConfig()
+        self.draws = FaultDraws(self.faults, seed)
+        load_fails = self.draws.load_fails if self.faults.load_fail_prob > 0 else None
+        self.failures = 0
+        self.failed_ids: set[int] = set()  # instances that failed at least once
+        self._bg = 0  # background events pending
+        self._idle_progress: tuple[int, int] = (-1, -1)  # (dispatches, steps) when last seen idle
+        self._idle_since = 0.0
         self.instances: list[Instance] = []
         for i in range(spec.instances):
             inst = Instance(i, spec.max_seqs, spec.kv_tokens, spec.devices_per_instance, cost,
                             float(spec.slowdowns[i]), self.log, self._scheduler_for(i), self._on_finish,
-                            self._on_stopped, reference=reference)
+                            self._on_stopped, reference=reference, load_fails=load_fails)
             inst.versions = {0}
             inst.on_loaded = self._on_loaded
+            inst.on_staged = self._on_staged
             self.instances.append(inst)
+        self.imbalance = imbalance
+        strag = spec.stragglers if spec.stragglers is not None else np.ones(spec.instances)
+        self._strag = np.asarray(strag[: spec.instances], dtype=float)
+        self._moe = np.asarray(spec.slowdowns[: spec.instances], dtype=float) / self._strag
+        self.wsync = WeightSync(weights if weights is not None else WeightSyncConfig(), cost,
+                                spec.instances - len(spec.elastic))
         trainer_devices = (spec.instances * spec.devices_per_instance if spec.colocated else spec.trainer_devices)
         self.trainer = Trainer(trainer_devices, cost, spec.colocated, self.log,
-                               self._scheduler_for(-1), self._on_published)
+                               self._scheduler_for(-1), self._on_published,
+                               restart_at=self.faults.trainer_restart_at, restart_s=self.faults.trainer_restart_s)
 
     # ---- clock -----------------------------------------------------------------------------------
     def _scheduler_for(self, iid: int) -> Callable[[float, int, Callable[[object], None]], None]:
@@ -139,6 +162,9 @@ class Cluster:
         el = set(self.spec.elastic)
         specs = tuple(E.InstanceSpec(i.id, i.max_seqs, i.kv_tokens, i.devices, i.id in el) for i in self.instances)
         self.deliver(E.ClusterStarted(specs, self.trainer.devices))
+        self._schedule_faults()
+        if self.imbalance is not None and self.imbalance.active():
+            self._redraw_later(self.imbalance.cfg.redraw_s)
         env = self.env
         # The run allocates millions of small acyclic objects; the cyclic collector would
         # re-scan them all again and again (a third of the wall time at 1024 instances). The
@@ -162,6 +188,101 @@ class Cluster:
     def _stall_message(self) -> str:
         return (f"policy {self.policy.name} stalled at t={self.env.now:.3f}s after {self.trainer.steps_done} of "
                 f"{self.steps} steps: nothing left to simulate")
+
+    # ---- time-varying MoE imbalance ---------------------------------------------------------------
+    # Background events (failures, recoveries, redraws; kind 4) recur for ever, so the end of
+    # work is no longer an empty queue. After one, if only background events are pending (the
+    # cluster is idle), the run has stalled when no instance is down (no recovery can unblock
+    # the policy), or when it has stayed idle, dispatching nothing and training nothing, for
+    # 10 repair times (every instance down when it went idle came back long ago).
+    def _background(self, t: float, iid: int, fn: Callable[[], None]) -> None:
+        self._bg += 1
+
+        def fire(_: object) -> None:
+            self._bg -= 1
+            fn()
+            if len(self.env._queue) == self._bg and not self.done.triggered:
+                self._check_idle()
+
+        self._scheduler_for(iid)(t, 4, fire)
+
+    def _check_idle(self) -> None:
+        now = self.env.now
+        progress = (len(self.pid_of), self.trainer.steps_done)
+        if progress != self._idle_progress:
+            self._idle_progress, self._idle_since = progress, now
+        down = any(not i.alive for i in self.instances)
+        if not down or now - self._idle_since > 10 * self.faults.repair_s:
+            raise RuntimeError(self._stall_message())
+
+    def _redraw_later(self, t: float) -> None:
+        def redraw() -> None:
+            self._redraw(t)
+
+        self._background(t, -1, redraw)
+
+    def _redraw(self, now: float) -> None:
+        self._moe = self.imbalance.next(self._moe)
+        f = self._moe * self._strag
+        for inst in self.instances:
+            inst.request_slowdown(float(f[inst.id]), now)
+        self._redraw_later(now + self.imbalance.cfg.redraw_s)
+
+    # ---- faults --------------------------------------------------------------------------------
+    def _schedule_faults(self) -> None:
+        el = set(self.spec.elastic)
+        for t, i in self.faults.fail_at:
+            if not 0 <= int(i) < len(self.instances):
+                raise InputError(f"faults.fail_at: instance {int(i)} does not exist "
+                                 f"(the cluster has instances 0..{len(self.instances) - 1})")
+            self._fail_later(float(t), int(i))
+        if self.faults.mtbf_s > 0:
+            for inst in self.instances:
+                if inst.id not in el:
+                    self._fail_later(self.draws.time_to_failure(), inst.id)
+
+    def _fail_later(self, t: float, iid: int) -> None:
+        def failed() -> None:
+            self._fail(iid, t)
+
+        self._background(t, iid, failed)
+
+    def _fail(self, iid: int, now: float) -> None:
+        """Instance `iid` dies: everything on it or headed to it is lost; back after repair_s."""
+        inst = self.instances[iid]
+        if not inst.alive:
+            return  # already down
+        self.failures += 1
+        self.failed_ids.add(iid)
+        self.wsync.forget(iid)
+        lost = inst.fail(now)
+        lost_ids = [s.traj for s in lost]
+        for s in lost:
+            self._end_row(s, inst, "lost", now, detail="instance failure")
+        for s in self.interrupted.pop(iid, []):  # waiting for this instance's reload
+            lost_ids.append(s.traj)
+        self.log.add(now, "fail", iid, detail="instance failure")
+        for traj in lost_ids:
+            self.seqs.pop(traj, None)
+            self.where.pop(traj, None)
+        self.deliver(E.InstanceFailed(iid))
+        for traj in lost_ids:
+            self.deliver(E.TrajectoryLost(traj, iid, "instance failure"))
+        back = now + self.faults.repair_s
+
+        def recovered() -> None:
+            self._recover(iid, back)
+
+        self._background(back, iid, recovered)
+
+    def _recover(self, iid: int, now: float) -> None:
+        inst = self.instances[iid]
+        version = self.trainer.version  # the repair fetched the newest published weights
+        inst.recover(now, version)
+        self.log.add(now, "recover", iid, version=version)
+        self.deliver(E.InstanceRecovered(iid, version))
+        if self.faults.mtbf_s > 0 and iid not in self.spec.elastic:
+            self._fail_later(now + self.draws.time_to_failure(), iid)
 
     # ---- scheduler <-> body -------------------------------------------------------------------
     def deliver(self, ev: E.Event) -> None:
@@ -240,6 +361,8 @@ class Cluster:
     def _migrate(self, a: A.Migrate, now: float) -> None:
         s = self.seqs[a.traj]
         src = self.where[a.traj]
+        if not self.instances[a.dst].alive:
+            raise RuntimeError(f"policy bug: migrate trajectory {a.traj} to failed instance {a.dst}")
         if src < 0 or src == a.dst:
             raise RuntimeError(f"policy bug: migrate trajectory {a.traj} from {src} to {a.dst}")
         if s.version not in self.instances[a.dst].versions and self.instances[a.dst].loading != s.version:
@@ -250,6 +373,8 @@ class Cluster:
 
     def _load(self, a: A.LoadVersion, now: float) -> None:
         inst = self.instances[a.instance]
+        if not inst.alive:
+            raise RuntimeError(f"policy bug: weight load on failed instance {a.instance}")
         if a.mode == "drain":
             other = [s for s in list(inst.running.values()) + list(inst.waiting)
                      if s.version != a.version and not s.stop]
@@ -257,8 +382,7 @@ class Cluster:
                 raise RuntimeError(f"policy bug: drain-load of version {a.version} on instance {a.instance} "
                                    f"with {len(other)} trajectories of other versions")
         on_trainer = self.spec.colocated or a.instance in self.spec.elastic  # the weights are on these devices
-        load_s = self.cost.colocated_reshard_s if on_trainer else self.cost.weight_load_s
-        inst.request_load(a.version, a.mode, a.evict, load_s, now)
+        inst.request_load(a.version, a.mode, a.evict, self._reshard_s if on_trainer else self.wsync.load_s, now)
 
     def _train(self, a: A.Train, now: float) -> None:
         rows = []
@@ -305,6 +429,13 @@ class Cluster:
             raise RuntimeError(f"unknown stop reason {why!r}")
 
     def _arrive(self, s: Seq, src: int, dst: int, kv: bool, now: float) -> None:
+        if not self.instances[dst].alive:  # its destination failed while it was in transit
+            self.log.add(now, "lost", dst, s.traj, s.prompt_id, s.version, detail="instance failure")
+            del self.seqs[s.traj]
+            self.where.pop(s.traj, None)
+            if not s.stop.startswith("abort"):
+                self.deliver(E.TrajectoryLost(s.traj, dst, "instance failure"))
+            return
         if s.stop.startswith("abort"):
             self.log.add(now, "abort", dst, s.traj, s.prompt_id, s.version, detail=s.stop[6:])
             del self.seqs[s.traj]
@@ -338,6 +469,12 @@ class Cluster:
                     self.log.add(now, "resume", inst.id, s.traj, s.prompt_id, version, tokens=s.ctx)
         self.deliver(E.WeightsLoaded(inst.id, version))
 
+    def _reshard_s(self, iid: int, version: int, now: float) -> float:
+        return self.cost.colocated_reshard_s
+
+    def _on_staged(self, inst: Instance, version: int) -> None:
+        self.wsync.on_staged(inst.id, version)
+
     def _on_published(self, version: int) -> None:
         self.log.maybe_pack()
         if self.progress is not None:
@@ -345,6 +482,12 @@ class Cluster:
         if version >= self.steps:
             self.done.succeed()
             return
+        pause = 0.0 if self.spec.colocated else self.wsync.on_publish(version, self.env.now)
+        if pause > 0:
+            el = self.spec.elastic
+            for inst in self.instances:
+                if inst.alive and inst.id not in el:
+                    inst.request_pause(pause, version, self.env.now)
         self.deliver(E.VersionPublished(version))
 
     # ---- end of run ------------------------------------------------------------------------------

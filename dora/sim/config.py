@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from dora.errors import InputError
 from dora.sched.config import POLICY_NAMES, PolicyConfig, check_run  # noqa: F401 (re-export)
 from dora.sim.cost import CostModel
+from dora.sim.faults import FaultConfig
+from dora.sim.imbalance import ImbalanceConfig
+from dora.sim.weightsync import WeightSyncConfig
 
 
 
@@ -43,6 +46,9 @@ class SimConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     cost: CostModel = field(default_factory=CostModel)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    weights: WeightSyncConfig = field(default_factory=WeightSyncConfig)  # how versions reach the instances
+    imbalance: ImbalanceConfig = field(default_factory=ImbalanceConfig)  # MoE slowdowns over time
 
     def validate(self) -> None:
         check_run(self.policies, self.steps, self.policy)

@@ -66,7 +66,7 @@ class Instance:
     def __init__(self, iid: int, max_seqs: int, kv_tokens: int, devices: int, cost: CostModel, slowdown: float,
                  log: "EventLog", schedule: Callable[[float, int, Callable[[object], None]], None],
                  on_finish: Callable[[Seq, "Instance"], None], on_stopped: Callable[[Seq, "Instance"], None],
-                 reference: bool = False):
+                 reference: bool = False, load_fails: Callable[[], bool] | None = None):
         self.id = iid
         self.max_seqs = max_seqs
         self.kv_tokens = kv_tokens
@@ -104,8 +104,14 @@ class Instance:
         self.load_req: tuple[int, str, int] | None = None  # (version, mode, evict) at next boundary
         self.on_loaded: Callable[[Instance, int, str], None] | None = None
         self.load_s = 0.0
+        self.load_time: Callable[[int, int, float], float] = lambda iid, v, t: 0.0
         self.reprefill_tokens = 0
         self.in_process = False
+        self.load_token = 0  # invalidates the end of a load cut short by a failure
+        self.load_fails = load_fails  # draws whether a finished load failed (retried)
+        self.pause_req: tuple[float, int] | None = None  # (seconds, version): broadcast barrier at next boundary
+        self.on_staged: Callable[[Instance, int], None] | None = None
+        self.f_next = 0.0  # slowdown from the next run on (0: unchanged)
 
     # ---- closed form -------------------------------------------------------------------------
     def T(self, j: int) -> float:
@@ -174,9 +180,21 @@ class Instance:
         self.stops.append(seq)
         self.touch(now)
 
-    def request_load(self, version: int, mode: str, evict: int, load_s: float, now: float) -> None:
+    def request_load(self, version: int, mode: str, evict: int, load_s: Callable[[int, int, float], float],
+                     now: float) -> None:
+        """Load `version` at the next boundary; load_s(instance, version, start) gives its duration."""
         self.load_req = (version, mode, evict)
-        self.load_s = load_s
+        self.load_time = load_s
+        self.touch(now)
+
+    def request_slowdown(self, f: float, now: float) -> None:
+        """A new slowdown factor, from the first step that starts at or after `now`."""
+        self.f_next = f
+        self.touch(now)
+
+    def request_pause(self, dur: float, version: int, now: float) -> None:
+        """Stop decoding at the next boundary for `dur` to receive `version` (broadcast barrier)."""
+        self.pause_req = (dur, version)
         self.touch(now)
 
     def touch(self, now: float) -> None:
@@ -280,6 +298,9 @@ class Instance:
                     self._leave(s)
                     self._on_stopped(s, self)
         self.in_process = False
+        if self.pause_req is not None:
+            self._start_pause(now)
+            return
         if self.load_req is not None:
             self._start_load(now)
             return
@@ -289,6 +310,8 @@ class Instance:
         """Admit waiting seqs, preempt on KV overflow, and arm the next boundary."""
         self.T0 = now
         self.E = 0.0
+        if self.f_next:
+            self.f, self.f_next = self.f_next, 0.0
         # KV growth: the next step needs n more tokens of KV.
         while self.n and self.C + self.n > self.kv_tokens:
             self._preempt(now)
@@ -367,6 +390,7 @@ class Instance:
         version, mode, evict = self.load_req
         self.load_req = None
         self.loading = version
+        self.load_s = self.load_time(self.id, version, now)
         self.log.add(now, "load_start", self.id, version=version, detail=mode)
         if mode == "interrupt":
             for s in list(self.running.values()):
@@ -375,10 +399,20 @@ class Instance:
                 self._on_stopped(s, self)
         self.T0 = now
         self.A = self.Bq = self.E = 0.0
-        done_t = now + self.load_s
-        self._schedule(done_t, 2, lambda _: self._end_load(done_t, version, mode, evict))
+        self._await_load(now + self.load_s, version, mode, evict)
 
-    def _end_load(self, now: float, version: int, mode: str, evict: int) -> None:
+    def _await_load(self, done_t: float, version: int, mode: str, evict: int) -> None:
+        tok = self.load_token
+        self._schedule(done_t, 2, lambda _: self._end_load(tok, done_t, version, mode, evict))
+
+    def _end_load(self, tok: int, now: float, version: int, mode: str, evict: int) -> None:
+        if tok != self.load_token:
+            return  # the instance failed during the load
+        if self.load_fails is not None and self.load_fails():
+            # the new weights did not arrive intact: nothing serves until the retry succeeds
+            self.log.add(now, "load_fail", self.id, version=version, detail=mode, dur_s=self.load_s)
+            self._await_load(now + self.load_s, version, mode, evict)
+            return
         self.loading = -1
         if mode == "add":
             self.versions.add(version)
@@ -390,10 +424,76 @@ class Instance:
         self.T0 = now
         if self.on_loaded is not None:
             self.on_loaded(self, version, mode)
-        if self.loading < 0 and self.load_req is None:
-            self.touch(now)
-        elif self.load_req is not None and self.loading < 0:
+        self._after_load(now)
+
+    def _after_load(self, now: float) -> None:
+        if self.loading >= 0:
+            return
+        if self.pause_req is not None:
+            self._start_pause(now)
+        elif self.load_req is not None:
             self._start_load(now)
+        else:
+            self.touch(now)
+
+    def _start_pause(self, now: float) -> None:
+        dur, version = self.pause_req
+        self.pause_req = None
+        self.loading = version  # paused: nothing decodes, requests queue until the end
+        self.log.add(now, "load_start", self.id, version=version, detail="broadcast")
+        self.T0 = now
+        self.A = self.Bq = self.E = 0.0
+        tok = self.load_token
+        done_t = now + dur
+        self._schedule(done_t, 2, lambda _: self._end_pause(tok, done_t, version, dur))
+
+    def _end_pause(self, tok: int, now: float, version: int, dur: float) -> None:
+        if tok != self.load_token:
+            return  # the instance failed during the broadcast
+        self.loading = -1
+        self.log.add(now, "load_end", self.id, version=version, detail="broadcast", dur_s=dur)
+        self.T0 = now
+        if self.on_staged is not None:
+            self.on_staged(self, version)
+        self._after_load(now)
+
+    # ---- failures ---------------------------------------------------------------------------
+    def fail(self, now: float) -> list[Seq]:
+        """The instance dies at `now`. Returns every sequence on it, running ones holding the
+        tokens of the decode steps completed by `now` (the step in progress is lost)."""
+        if self.n and self.loading < 0 and now > self.T0:
+            j = self.steps_by(now)
+            if j and self.T(j) > now:
+                j -= 1
+            if j > 0:
+                self._advance(j, self.T(j))
+        lost = list(self.running.values())
+        for s in lost:
+            self._leave(s)
+        lost.extend(self.waiting)
+        for s in lost:
+            s.state = GONE
+        self.waiting.clear()
+        self.heap = []
+        self.stops = []
+        self.load_req = None
+        self.pause_req = None
+        self.loading = -1
+        self.versions = set()
+        self.alive = False
+        self.token += 1
+        self.load_token += 1
+        self.pending_t = math.inf
+        self.replan_at = math.nan
+        self.T0 = now
+        self.A = self.Bq = self.E = 0.0
+        return lost
+
+    def recover(self, now: float, version: int) -> None:
+        """Back at `now`, empty, holding `version`."""
+        self.alive = True
+        self.versions = {version}
+        self.T0 = now
 
     # ---- queries ----------------------------------------------------------------------------
     def progress(self, s: Seq, now: float) -> int:

@@ -39,7 +39,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from dora.errors import InputError, cli_errors
+from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.sim.cost import CostModel
 
 
@@ -270,7 +270,7 @@ def cost_yaml(cost: CostModel, hints: dict, hw: Hardware, m: Model) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m dora.sim.presets",
+    ap = ArgumentParser(prog="python -m dora.sim.presets",
                                  description="Print the roofline cost coefficients of a hardware x model preset.")
     ap.add_argument("--hardware", required=True, help=f"one of {', '.join(HARDWARE)}")
     ap.add_argument("--model", required=True, help=f"one of {', '.join(MODELS)}")

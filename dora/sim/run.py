@@ -18,6 +18,8 @@ from dora.sched.policy import Policy
 from dora.sim.bound import bound_samples_per_s
 from dora.sim.cluster import Cluster, ClusterSpec
 from dora.sim.config import SimConfig
+from dora.sim.faults import straggler_factors
+from dora.sim.imbalance import ImbalanceProcess
 from dora.trace import Trace
 
 
@@ -61,6 +63,13 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
                          f"({need} tokens); raise cluster.kv_tokens to at least {need}")
     if G < 1:
         raise InputError(f"group_size: {G} is not >= 1")
+    if c.instances * c.max_seqs < G:
+        raise InputError(f"cluster: {c.instances} instances x {c.max_seqs} decode slots cannot hold one group of "
+                         f"{G} samples at once; raise cluster.max_seqs or cluster.instances")
+    for t, i in cfg.faults.fail_at:
+        if int(i) >= c.instances:
+            raise InputError(f"faults.fail_at: instance {int(i)} does not exist (rollout instances are "
+                             f"0..{c.instances - 1}); use an id below cluster.instances")
 
 
 def make_policy(name: str, cfg: SimConfig, group_size: int) -> Policy:
@@ -81,8 +90,11 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
     n_inst = c.instances + (on_trainer if colocated or policy.elastic else 0)
     elastic = list(range(c.instances, n_inst)) if policy.elastic and not colocated else []
     slow_all = slowdowns(cfg, trace, c.instances + on_trainer + 1)
+    strag = np.ones(n_inst)
+    strag[:c.instances] = straggler_factors(cfg.faults, c.instances, cfg.seed)
+    slow_all[:n_inst] *= strag
     spec = ClusterSpec(n_inst, c.devices_per_instance, c.max_seqs, c.kv_tokens, c.trainer_devices, colocated,
-                       slow_all[:n_inst], tuple(elastic))
+                       slow_all[:n_inst], tuple(elastic), strag)
     rollout_devices = (n_inst - len(elastic)) * c.devices_per_instance
     bound = bound_samples_per_s(trace, cfg.cost, c.instances, c.devices_per_instance, c.max_seqs, c.kv_tokens,
                                 c.trainer_devices, cfg.policy.batch_size * G, slow_all)
@@ -103,7 +115,9 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
             print(f"  [{name}] step {step}/{cfg.steps}  simulated {now:,.0f} s  wall {w - wall0:.1f} s",
                   file=sys.stderr, flush=True)
 
-    cluster = Cluster(trace, spec, cfg.cost, policy, cfg.steps, reference=cfg.reference, log=log, progress=report)
+    cluster = Cluster(trace, spec, cfg.cost, policy, cfg.steps, reference=cfg.reference, log=log, progress=report,
+                      faults=cfg.faults, seed=cfg.seed, weights=cfg.weights,
+                      imbalance=ImbalanceProcess(cfg.imbalance, imbalance_cv(cfg, trace), cfg.seed))
     cluster.run()
     _log_leftovers(cluster, policy)
     wall = time.perf_counter() - wall0
@@ -114,11 +128,14 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
     m["sim_wall_s"] = wall
     m["events"] = cluster.sim_events
     m["scheduler_events"] = cluster.events
+    m["instance_failures"] = cluster.failures
+    m["instances_failed"] = len(cluster.failed_ids)
     config = {
         **{k: v for k, v in run_info.items() if k not in ("policy", "body")},
         "seed": cfg.seed, "reference": cfg.reference, "trace_groups": trace.num_groups,
         "moe_imbalance_cv": imbalance_cv(cfg, trace),
         "cluster": to_dict(cfg.cluster), "cost": to_dict(cfg.cost), "policy": policy.config_dict(),
+        "faults": to_dict(cfg.faults), "weights": to_dict(cfg.weights), "imbalance": to_dict(cfg.imbalance),
         "bound": {k: v for k, v in bound.items()},
     }
     return RunResult(name, config, m, df)

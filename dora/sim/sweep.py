@@ -48,7 +48,7 @@ import pandas as pd
 import yaml
 
 from dora.config import build
-from dora.errors import InputError, cli_errors
+from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.sim.config import SimConfig
 from dora.sim.presets import HARDWARE, MODELS
 from dora.trace import load_trace
@@ -73,12 +73,12 @@ class Axis:
 def parser() -> argparse.ArgumentParser:
     from dora.sim.__main__ import parser as sim_parser
 
-    ap = argparse.ArgumentParser(prog="python -m dora.sim sweep", description=__doc__,
+    ap = ArgumentParser(prog="python -m dora.sim sweep", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     # the run flags of `python -m dora.sim` fix the values that are not swept
     shared = {"--trace", "--config", "--cost", "--hardware", "--model", "--instances", "--devices-per-instance",
               "--max-seqs", "--trainer-devices", "--steps", "--batch-size", "--eta", "--seed", "--reference",
-              "--set"}
+              "--set", "--mtbf-s", "--repair-s"}
     for act in sim_parser()._actions:
         if act.option_strings and act.option_strings[0] in shared:
             kw = {"help": act.help, "dest": act.dest, "default": act.default}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from dora.eventlog import EventLog
 from dora.sim.cost import CostModel
@@ -11,11 +11,17 @@ from dora.sim.cost import CostModel
 class Trainer:
     """Steps take train_base_s + train_device_s_per_token * tokens / devices; publication
     takes publish_s (colocated: the weights stay on the devices, the reshard is paid by
-    the instances' loads instead)."""
+    the instances' loads instead).
+
+    Restarts (`restart_at`): a crash during a step loses it; the step is redone in full
+    after `restart_s` from the last checkpoint, on the same data (no group trained twice or
+    skipped). A crash during publication delays it to the restart; an idle trainer starts
+    its next step no earlier than the restart."""
 
     def __init__(self, devices: int, cost: CostModel, colocated: bool, log: EventLog,
                  schedule: Callable[[float, int, Callable[[object], None]], None],
-                 on_published: Callable[[int], None]):
+                 on_published: Callable[[int], None],
+                 restart_at: Sequence[float] = (), restart_s: float = 0.0):
         self.devices = devices
         self.cost = cost
         self.colocated = colocated
@@ -25,6 +31,13 @@ class Trainer:
         self.version = 0
         self.busy = False
         self.steps_done = 0
+        self.restart_s = restart_s
+        self.down_until = 0.0  # restarting until then
+        self.phase = ""  # "" idle | "train" | "publish"
+        self.token = 0  # invalidates the end of a step or publication cut by a crash
+        self.step: tuple[float, int] = (0.0, 0)  # (duration, tokens) of the step in progress
+        for t in sorted(restart_at):
+            self._schedule(float(t), 3, lambda _, t=float(t): self._crash(t))
 
     def start(self, now: float, rows: list[tuple[int, int, int, int, int]]) -> None:
         """rows: (traj, prompt_id, version, prompt + response tokens, response tokens) per trajectory."""
@@ -36,19 +49,48 @@ class Trainer:
         self.log.extend([(now, code, -1, traj, pid, ver, tv, rtok, 0.0, 0.0, 0.0) for traj, pid, ver, _, rtok in rows])
         self.log.add(now, "train_start", trainer_version=self.version, tokens=tokens)
         dt = self.cost.train_s(tokens, self.devices)
-        end = now + dt
-        self._schedule(end, 3, lambda _: self._end(end, dt, tokens))
+        self.step = (dt, tokens)
+        self._begin_step(max(now, self.down_until))
 
-    def _end(self, now: float, dt: float, tokens: int) -> None:
+    def _begin_step(self, t0: float) -> None:
+        dt, tokens = self.step
+        self.phase = "train"
+        tok = self.token
+        end = t0 + dt
+        self._schedule(end, 3, lambda _: self._end(tok, end, dt, tokens))
+
+    def _end(self, tok: int, now: float, dt: float, tokens: int) -> None:
+        if tok != self.token:
+            return
         self.log.add(now, "train_end", trainer_version=self.version, tokens=tokens, dur_s=dt,
                      busy_s=dt * self.devices)
         pub = 0.0 if self.colocated else self.cost.publish_s
-        t = now + pub
-        self._schedule(t, 3, lambda _: self._publish(t, pub))
+        self._begin_publish(now + pub, pub)
 
-    def _publish(self, now: float, pub: float) -> None:
+    def _begin_publish(self, t: float, pub: float) -> None:
+        self.phase = "publish"
+        tok = self.token
+        self._schedule(t, 3, lambda _: self._publish(tok, t, pub))
+
+    def _publish(self, tok: int, now: float, pub: float) -> None:
+        if tok != self.token:
+            return
+        self.phase = ""
         self.version += 1
         self.steps_done += 1
         self.busy = False
         self.log.add(now, "publish", version=self.version, trainer_version=self.version, dur_s=pub)
         self._on_published(self.version)
+
+    def _crash(self, now: float) -> None:
+        back = now + self.restart_s
+        self.down_until = max(self.down_until, back)
+        phase = self.phase or "idle"
+        self.log.add(now, "trainer_restart", trainer_version=self.version, dur_s=self.restart_s, detail=phase)
+        if self.phase == "train":
+            self.token += 1
+            self._begin_step(self.down_until)  # redo the whole step from the checkpoint
+        elif self.phase == "publish":
+            self.token += 1
+            pub = 0.0 if self.colocated else self.cost.publish_s
+            self._begin_publish(self.down_until + pub, pub)

@@ -6,16 +6,17 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 
 from dora.config import build
-from dora.errors import InputError, cli_errors
+from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.trace.generate import PRESETS, TraceParams, generate_to
 from dora.trace.schema import load_trace
 from dora.trace.stats import format_stats, trace_stats
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dora.trace", description=__doc__)
+    ap = ArgumentParser(prog="python -m dora.trace", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="write a long-tail trace parquet")
     g.add_argument("--preset", choices=sorted(PRESETS), help="start from a shipped preset")
@@ -35,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
                 if v is not None:
                     base[f.name] = v
             params = build(TraceParams, base)
+            out = Path(args.out)
+            if out.is_dir():
+                raise InputError(f"--out {out}: is a directory; give a file path such as {out / 'trace.parquet'}")
+            if out.suffix.lower() != ".parquet":
+                raise InputError(f"--out {out}: a trace is a parquet file; name it .parquet")
             generate_to(args.out, params)
             print(format_stats(args.out, trace_stats(load_trace(args.out))))
         else:

@@ -125,3 +125,58 @@ def test_masked_tokens_do_not_count():
     loss.backward()
     assert float(logp.grad[2]) == 0.0
     assert sums["tokens"] == 3.0
+
+
+def _ess_case(correction: str, raw_w: list[float], cap: float = 2.0, split: int | None = None) -> dict:
+    """summarize() of ppo_loss on tokens with pi_prox / pi_behav = raw_w (r = 1, A = 1), optionally
+    as two micro-batches [:split], [split:] whose sums are added."""
+    prox = torch.tensor([LN(w) for w in raw_w])
+    n = len(raw_w)
+    parts = [(0, n)] if split is None else [(0, split), (split, n)]
+    sums: dict = {}
+    for a, b in parts:
+        _, s = ppo_loss(prox[a:b].clone(), prox[a:b], torch.zeros(b - a), torch.ones(b - a), torch.ones(b - a),
+                        correction=correction, is_cap=cap)
+        add_sums(sums, s)
+    return summarize(sums)
+
+
+def test_effective_sample_size_by_hand():
+    # ESS = (sum w)^2 / (n sum w^2): 1 when the weights are equal, 1/n when one weight carries everything.
+    # raw w = 1, 1, 1, 4 with C = 2:
+    #   tis  -> w = 1, 1, 1, 2 (truncated): (5)^2 / (4 * 7) = 25/28, truncated 1/4
+    #   mask -> the w = 4 token is dropped: w = 1, 1, 1 -> ESS 1, truncated 1/4
+    #   off  -> no weight is applied; the raw weights are reported: 7^2 / (4 * 19) = 49/76
+    tis = _ess_case("tis", [1.0, 1.0, 1.0, 4.0])
+    assert tis["is_ess"] == pytest.approx(25 / 28)
+    assert tis["is_weight_mean"] == pytest.approx(5 / 4)
+    assert tis["is_truncated_frac"] == pytest.approx(1 / 4)
+    mask = _ess_case("mask", [1.0, 1.0, 1.0, 4.0])
+    assert mask["is_ess"] == pytest.approx(1.0)
+    assert mask["is_truncated_frac"] == pytest.approx(1 / 4)
+    off = _ess_case("off", [1.0, 1.0, 1.0, 4.0])
+    assert off["is_ess"] == pytest.approx(49 / 76)
+    # equal weights of any size: ESS 1; one dominant weight: ESS -> 1/n
+    assert _ess_case("tis", [0.5, 0.5, 0.5])["is_ess"] == pytest.approx(1.0)
+    assert _ess_case("off", [1e-6, 1e-6, 1e-6, 1.0])["is_ess"] == pytest.approx(1 / 4, rel=1e-4)
+    # summed over micro-batches it is the ESS of the whole batch, not a mean of per-batch ESS
+    assert _ess_case("tis", [1.0, 1.0, 1.0, 4.0], split=1)["is_ess"] == pytest.approx(25 / 28)
+
+
+def test_correction_off_does_not_use_the_proximal_logprobs():
+    # off: the loss and its gradient are the same whatever pi_prox is (plain PPO against pi_behav)
+    behav = torch.tensor([LN(0.5), LN(0.2), LN(0.9)])
+    adv = torch.tensor([1.0, -1.0, 0.5])
+    grads, losses = [], []
+    for prox in (torch.zeros(3), torch.tensor([LN(3.0), LN(0.1), LN(0.7)])):
+        logp = torch.tensor([LN(0.55), LN(0.19), LN(0.95)], requires_grad=True)
+        loss, _ = ppo_loss(logp, prox, behav, adv, torch.ones(3), correction="off")
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(logp.grad.tolist())
+    assert losses[0] == losses[1]
+    assert grads[0] == grads[1]
+    # tis: changing pi_prox changes the update
+    l_tis = [ppo_loss(torch.tensor([LN(0.55), LN(0.19), LN(0.95)]), prox, behav, adv, torch.ones(3),
+                      correction="tis")[0].item() for prox in (torch.zeros(3), torch.tensor([LN(3.0), LN(0.1), 0.0]))]
+    assert l_tis[0] != pytest.approx(l_tis[1])

@@ -211,3 +211,18 @@ def test_cuda_bf16_step_and_publish(tiny_model_dir):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         gpu = sequence_logprobs(trainer.model, seqs, plens)
     assert max(float((a - b).abs().max()) for a, b in zip(ref, gpu)) < 0.1
+
+
+def test_step_reports_ess_and_clip_fraction(tiny_model_dir):
+    """A stale-looking batch (behaviour logprobs unlike the trainer's): the step's statistics carry the
+    effective sample size of the IS weights (< 1: they are unequal) and the clipped-token fraction, as
+    the executor writes them to steps.csv; with the correction off the weights are reported, not used."""
+    for mode in ("tis", "off"):
+        tr = Trainer(tiny_model_dir, TrainerConfig(device="cpu", lr=1e-2, ppo_epochs=2,
+                                                   loss=LossConfig(correction=mode, is_cap=2.0)))
+        st = tr.step(_random_batch(n_groups=2, group_size=3, seed=7))
+        assert 0.0 < st["is_ess"] < 1.0
+        assert 0.0 <= st["clip_frac"] <= 1.0
+        assert 0.0 <= st["is_truncated_frac"] <= 1.0
+        # two epochs: the second pass sees pi_theta != pi_prox, so some tokens leave the clip range
+        assert st["kl_theta_prox"] > 0

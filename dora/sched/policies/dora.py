@@ -211,7 +211,17 @@ class DoraPolicy(StreamingPolicy):
         elif at is not None:
             self.repartition()
 
+    def after_aborts(self) -> None:
+        self.repartition()
+
     def on_loaded(self, inst: InstView, version: int) -> None:
+        # a load that a newer publication overtook leaves an old-version instance: repartition
+        # its version now (nothing else would: no finish happens on a drained instance)
+        at = self.old.where.get(inst.id)
+        if at is not None and self.vpi == 1:
+            self._repartition_version(at[0], self.view.latest_version)
+        elif at is not None:
+            self.repartition()
         self.admit()
 
     def ready_batch(self) -> list[GroupView] | None:
@@ -226,17 +236,16 @@ class DoraPolicy(StreamingPolicy):
         # order, so versions ascend; the full check below finds the same answer.
         if any(g.attempts >= self.dc.max_regenerations for g in self.overdue(self.inflight.values())):
             return None
+        if self.staleness_ok_counts(self.stalest_counts(self.B)):
+            return self.stalest_first(self.B)
         batch = self.stalest_first(self.B)
-        if self.staleness_ok(batch):
-            return batch
         late, done = self.staleness_excess(batch, self.inflight.values())
         if any(g.attempts >= self.dc.max_regenerations for g in late):
             return None
         for g in late + done:
             self.regenerate(g, "stale")
         self.repartition()  # aborts may have drained old instances
-        self.admit()
-        return batch
+        return batch  # the regenerated groups start when it trains (StreamingPolicy.train_batch)
 
     def on_trainer_idle(self) -> None:
         """The trainer waits for data: its devices take the new weights (an on-device reshard)

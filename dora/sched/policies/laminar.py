@@ -50,6 +50,11 @@ class LaminarPolicy(StreamingPolicy):
         self._refresh_if_drained(inst)
         self.repack()
 
+    def after_aborts(self) -> None:
+        for ver in self.old.versions():
+            for inst in sorted(self.old.bucket(ver, 0), key=lambda i: i.id):
+                self._refresh_if_drained(inst)
+
     def on_loaded(self, inst: InstView, version: int) -> None:
         if version != self.view.latest_version:
             self._refresh_if_drained(inst)
@@ -107,7 +112,6 @@ class LaminarPolicy(StreamingPolicy):
     def ready_batch(self) -> list[GroupView] | None:
         if len(self.view.buffer) < self.B or self.overdue(self.inflight.values()):
             return None
-        batch = self.stalest_first(self.B)
-        if not self.staleness_ok(batch):
+        if not self.staleness_ok_counts(self.stalest_counts(self.B)):
             return None  # wait: training now would push an in-flight group past η
-        return batch
+        return self.stalest_first(self.B)

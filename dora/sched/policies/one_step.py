@@ -22,17 +22,28 @@ class OneStepPolicy(Policy):
         self._ready: list[GroupView] | None = None  # generated, waiting for the trainer
         self._waiting_loads = 0
         self._rollout_version = 0
+        self._stranded: list[GroupView] = []  # groups that found no live instance of the rollout version
+
+    def _usable(self) -> list[InstView]:
+        return [i for i in self.view.alive() if self._rollout_version in i.versions]
 
     def on_start(self) -> None:
         self.sample(self.B)
 
     def on_groups(self, groups: list[GroupView], reason: str) -> None:
         self._gen = groups
-        insts = sorted(self.view.alive(), key=lambda i: i.id)
+        self._launch(groups)
+
+    def _launch(self, groups: list[GroupView], version: int | None = None) -> None:
+        version = self._rollout_version if version is None else version
+        insts = sorted((i for i in self.view.alive() if version in i.versions), key=lambda i: i.id)
+        if not insts:
+            self._stranded.extend(groups)  # no live instance holds the rollout version
+            return
         where = contiguous_chunks(sum(g.size for g in groups), insts)
         k = 0
         for g in groups:
-            self.start_group(g, self._rollout_version, where[k:k + g.size])
+            self.start_group(g, version, where[k:k + g.size])
             k += g.size
 
     def ready_batch(self):
@@ -56,7 +67,9 @@ class OneStepPolicy(Policy):
             self._waiting_loads = len(insts)
             for inst in insts:
                 self.load(inst, latest)
-            return
+            if insts:
+                return
+            self._rollout_version = latest  # every instance is down: they come back with `latest`
         self._start_step()
 
     def on_loaded(self, inst: InstView, version: int) -> None:
@@ -71,5 +84,20 @@ class OneStepPolicy(Policy):
         self.train_batch(batch)
 
     def on_regenerate(self, g: GroupView) -> None:
-        insts = sorted(self.view.alive(), key=lambda i: (i.load, i.id))
+        insts = sorted(self._usable(), key=lambda i: (i.load, i.id))
+        if not insts:
+            self._stranded.append(g)
+            return
         self.start_group(g, self._rollout_version, [insts[i % len(insts)] for i in range(g.size)])
+
+    def on_instance_failed(self, inst: InstView, was_loading: int) -> None:
+        if was_loading >= 0:
+            self.on_loaded(inst, was_loading)  # the barrier does not wait for a dead instance
+
+    def on_instance_recovered(self, inst: InstView) -> None:
+        # It holds the newest version. Groups stranded while every instance was down have not
+        # started: they start on it under that version (staleness only shrinks). Otherwise it
+        # idles until the next weight sync (which loads every live instance).
+        if self._stranded:
+            groups, self._stranded = self._stranded, []
+            self._launch(groups, max(inst.versions))

@@ -10,7 +10,8 @@ Mechanism (inclusionAI/AReaL):
   requests, loads the weights and the client resubmits prompt + generated tokens: the KV is
   discarded, the prefix is prefilled again under the new version and generation continues
   (per-token versions: C1 is broken by design).
-- A batch is the B finished groups that started earliest (`wait_results` sorts by start).
+- A batch is the B finished groups that started earliest (`wait_results` sorts by start; a
+  group regenerated after a failure counts from its restart).
   AReaL's paper states that staleness stays within η; to hold that per trajectory, the
   trainer here also waits while training would leave some group unable to be trained within
   η (`Policy.staleness_excess`; the "prioritise older trajectories" rule made strict).
@@ -30,11 +31,12 @@ class PartialPolicy(Policy):
         super().__init__(cfg)
         self.max_concurrent = cfg.partial.max_concurrent_groups
         self._rr = 0
-        self._loads = 0
+        self._loads: set[int] = set()  # instances still loading the newest version (submission paused)
         self._alive: list[InstView] = []  # alive instances by id (the round-robin order)
         self._alive_ids: set[int] = set()
         self._inflight: dict[int, GroupView] = {}  # running groups, in start order
         self._requested = 0  # groups asked for with SampleGroups, not yet answered
+        self._stranded: list[GroupView] = []  # groups that found no live instance
 
     def index_all(self) -> None:
         self._alive = [i for i in sorted(self.view.instances.values(), key=lambda i: i.id) if i.alive]
@@ -72,6 +74,9 @@ class PartialPolicy(Policy):
 
     def _start(self, g: GroupView) -> None:
         alive = self._alive
+        if not alive:
+            self._stranded.append(g)  # every instance is down: start on the first recovery
+            return
         picks = []
         for _ in range(g.size):
             picks.append(alive[self._rr % len(alive)])
@@ -85,18 +90,32 @@ class PartialPolicy(Policy):
             self._admit()
 
     def ready_batch(self):
-        """B finished groups, earliest-started first; wait while that would leave a group beyond η."""
+        """B finished groups, earliest-started first; wait while that would leave a group beyond η.
+        Start order is the version a group started under, then its sampling time: a group
+        regenerated after a failure counts from its restart (without regeneration this is
+        the sampling order, as groups start when sampled)."""
         v = self.view
         if len(v.buffer) < self.B or self.overdue(self._inflight.values()):
             return None
-        batch = sorted(v.buffer.values(), key=lambda g: (g.t_sampled, g.prompt_id))[: self.B]
-        if not self.staleness_ok(batch):
+        # the B first by (version, sampling time): check the versions' counts before sorting
+        counts: dict[int, int] = {}
+        need = self.B
+        for ver in sorted(v.buffer_by_version):
+            k = min(need, len(v.buffer_by_version[ver]))
+            counts[ver] = k
+            need -= k
+            if need == 0:
+                break
+        if not self.staleness_ok_counts(counts):
             return None
+        batch: list[GroupView] = []
+        for ver, k in counts.items():
+            batch += sorted(v.buffer_by_version[ver].values(), key=lambda g: (g.t_sampled, g.prompt_id))[:k]
         return batch
 
     def on_published(self, version: int) -> None:
         insts = self.view.alive()
-        self._loads = len(insts)
+        self._loads = {i.id for i in insts}
         for inst in insts:
             self.load(inst, version, mode="interrupt")
 
@@ -105,10 +124,23 @@ class PartialPolicy(Policy):
             if t.version != version:
                 t.version = version
                 t.versions_seen += 1
-        self._loads -= 1
-        if self._loads == 0:
-            self._admit()
+        if version == self.view.latest_version and inst.id in self._loads:
+            self._loads.discard(inst.id)  # (a load of an older version that outlived a step does not count)
+            if not self._loads:
+                self._admit()
 
     def on_regenerate(self, g: GroupView) -> None:
         self._inflight.pop(g.prompt_id, None)
         self._start(g)
+
+    def on_instance_failed(self, inst: InstView, was_loading: int) -> None:
+        if inst.id in self._loads:
+            self._loads.discard(inst.id)  # its load will not complete; submission resumes without it
+            if not self._loads:
+                self._admit()
+
+    def on_instance_recovered(self, inst: InstView) -> None:
+        stranded, self._stranded = self._stranded, []
+        for g in stranded:
+            self._start(g)
+        self._admit()

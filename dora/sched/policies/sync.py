@@ -31,6 +31,7 @@ class SyncPolicy(Policy):
         super().__init__(cfg)
         self.placement = "colocated" if cfg.sync.colocated else "disaggregated"
         self._waiting_loads = 0
+        self._stranded: list[GroupView] = []  # groups that found no live instance
 
     def on_start(self) -> None:
         self.sample(self.B)
@@ -41,6 +42,9 @@ class SyncPolicy(Policy):
     def start_batch(self, groups: list[GroupView], version: int) -> None:
         """Split the batch's trajectories into equal contiguous chunks over alive instances."""
         insts = sorted(self.view.alive(), key=lambda i: i.id)
+        if not insts:
+            self._stranded.extend(groups)  # every instance is down: start on the first recovery
+            return
         n = sum(g.size for g in groups)
         where = contiguous_chunks(n, insts)
         k = 0
@@ -53,6 +57,8 @@ class SyncPolicy(Policy):
         self._waiting_loads = len(insts)
         for inst in insts:
             self.load(inst, version)
+        if not insts:
+            self.sample(self.B)  # every instance is down: the batch starts on the first recovery
 
     def on_loaded(self, inst: InstView, version: int) -> None:
         self._waiting_loads -= 1
@@ -61,4 +67,16 @@ class SyncPolicy(Policy):
 
     def on_regenerate(self, g: GroupView) -> None:
         insts = sorted(self.view.alive(), key=lambda i: (i.load, i.id))
+        if not insts:
+            self._stranded.append(g)
+            return
         self.start_group(g, self.view.latest_version, [insts[i % len(insts)] for i in range(g.size)])
+
+    def on_instance_failed(self, inst: InstView, was_loading: int) -> None:
+        if was_loading >= 0:
+            self.on_loaded(inst, was_loading)  # the barrier does not wait for a dead instance
+
+    def on_instance_recovered(self, inst: InstView) -> None:
+        if self._stranded and self.view.latest_version in inst.versions:
+            groups, self._stranded = self._stranded, []
+            self.start_batch(groups, self.view.latest_version)

@@ -1,0 +1,339 @@
+"""Real-training comparison: sync vs partial vs dora on the same model, prompts and sample count.
+
+Each (seed, policy) run trains the same warm-started tiny model (built here once, no download) on
+the same count-task prompts (task seed fixed) for `--steps` trainer steps of B x G samples, so
+every policy trains the same number of samples; the seed changes sampling and the trainer's
+shuffling. Per run: wall time, e2e_samples_per_s, bubble_ratio, staleness mean/max, and the
+final reward = mean per-step reward over the last 10% of steps (>= 1 step) +- its standard error.
+Writes a JSON ({"device", "config", "runs": [...], "summary": {policy: ...}}) and a PNG of the
+reward against trained samples and against wall time (mean over seeds; thin lines: each seed).
+
+  python benchmarks/exec_speedup.py                              # 3 seeds x sync/partial/dora
+  python benchmarks/exec_speedup.py --seeds 1 --steps 20         # shrink it
+  python benchmarks/exec_speedup.py --correction off --eta 4 --json r_off.json --plot off.png
+  python benchmarks/exec_speedup.py --policy dora --seeds 1 --first-seed 2 --merge   # one run, added
+  python benchmarks/exec_speedup.py --quick                      # CI: hf engines in-process, 2 steps
+  python benchmarks/exec_speedup.py --local --backend hf --hidden-size 256 ...   # a GPU without vLLM/Ray
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from dora.errors import InputError, cli_errors  # noqa: E402
+
+POLICIES = ("sync", "partial", "dora")
+RUN_KEYS = ("policy", "seed", "final_reward", "final_reward_se", "first_reward", "wall_s", "e2e_samples_per_s",
+            "bubble_ratio", "staleness_mean", "staleness_max", "trained_samples", "c1_violations",
+            "c3_violations")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="benchmarks/exec_speedup.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", help="checkpoint directory (default: build a warm-started tiny model in "
+                    "--work/model, reused when it exists)")
+    ap.add_argument("--policy", action="append", choices=POLICIES, help="policy (repeat; default all three)")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per policy (default 3)")
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed ... first-seed + seeds - 1")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the runs already in --json (same settings) that this call does not redo, so a "
+                    "long comparison can run in parts (e.g. one policy and seed per call)")
+    ap.add_argument("--steps", type=int, default=40, help="trainer steps per run (default 40)")
+    ap.add_argument("--batch-size", type=int, default=16, help="prompt groups per step (default 16)")
+    ap.add_argument("--group-size", type=int, default=8, help="samples per prompt (default 8)")
+    ap.add_argument("--eta", type=int, default=2, help="staleness bound (default 2)")
+    ap.add_argument("--correction", choices=("tis", "mask", "off"), default="tis",
+                    help="staleness correction of the loss (default tis)")
+    ap.add_argument("--lr", type=float, default=3e-4, help="trainer learning rate (default 3e-4)")
+    ap.add_argument("--max-new-tokens", type=int, default=320, help="generation cap (default 320)")
+    ap.add_argument("--instances", type=int, default=2, help="rollout engines (default 2)")
+    ap.add_argument("--backend", choices=("vllm", "hf"), default="vllm")
+    ap.add_argument("--local", action="store_true", help="no Ray: engines and trainer in this process")
+    ap.add_argument("--max-num-seqs", type=int, default=32, help="decode slots per engine (default 32)")
+    ap.add_argument("--trainer-threads", type=int, default=1, help="torch CPU threads of the trainer (default 1)")
+    ap.add_argument("--warm-start-steps", type=int, default=400, help="SFT steps of the built model (default 400)")
+    ap.add_argument("--hidden-size", type=int, default=64, help="built model width (default 64)")
+    ap.add_argument("--layers", type=int, default=2, help="built model layers (default 2)")
+    ap.add_argument("--heads", type=int, default=2, help="built model heads (head_dim = hidden/heads)")
+    ap.add_argument("--intermediate-size", type=int, default=128)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra ExecConfig override for every run (as python -m dora.exec --set)")
+    ap.add_argument("--work", default="out/exec_speedup", help="model, checkpoints and per-step CSVs")
+    ap.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "exec_speedup.json"))
+    ap.add_argument("--plot", default=str(REPO / "docs" / "img" / "exec_speedup.png"))
+    ap.add_argument("--quick", action="store_true",
+                    help="CI check: 1 seed, 2 steps, B=2 x G=2, 24 tokens, untrained model, hf engines in-process")
+    ap.add_argument("--quiet", action="store_true", help="no per-step progress lines")
+    return ap
+
+
+def check_args(args: argparse.Namespace) -> None:
+    if args.quick:
+        args.seeds, args.steps, args.batch_size, args.group_size = 1, 2, 2, 2
+        args.max_new_tokens, args.warm_start_steps, args.local, args.backend = 24, 0, True, "hf"
+        args.instances, args.max_num_seqs = 2, 8
+    for name in ("seeds", "steps", "batch_size", "group_size", "max_new_tokens", "instances", "max_num_seqs"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
+    if args.first_seed < 0:
+        raise InputError(f"--first-seed: must be >= 0, got {args.first_seed}")
+    if args.eta < 0:
+        raise InputError(f"--eta: must be >= 0, got {args.eta}")
+    if args.warm_start_steps < 0:
+        raise InputError(f"--warm-start-steps: must be >= 0, got {args.warm_start_steps}")
+    if args.model and not Path(args.model).is_dir():
+        raise InputError(f"--model {args.model}: not a directory; omit it to build the tiny model")
+    for out in (args.json, args.plot):
+        if Path(out).is_dir():
+            raise InputError(f"output {out}: is a directory; give a file path")
+
+
+def final_reward(rewards: list[float], frac: float = 0.1) -> tuple[float, float]:
+    """Mean of the last max(1, round(frac * n)) per-step rewards and its standard error (0 for one step)."""
+    if not rewards:
+        return float("nan"), float("nan")
+    k = max(1, round(frac * len(rewards)))
+    tail = rewards[-k:]
+    mean = sum(tail) / k
+    if k < 2:
+        return mean, 0.0
+    var = sum((r - mean) ** 2 for r in tail) / (k - 1)
+    return mean, math.sqrt(var / k)
+
+
+def mean_se(xs: list[float]) -> tuple[float, float]:
+    """Mean and standard error of the mean (0 for one value)."""
+    n = len(xs)
+    m = sum(xs) / n
+    if n < 2:
+        return m, 0.0
+    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1) / n)
+
+
+def device_name(args: argparse.Namespace) -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available() and (args.backend == "hf" or args.local):
+            return f"{torch.cuda.get_device_name(0)} ({args.backend} engines)"
+    except ImportError:
+        pass
+    return f"CPU {platform.machine()} x {os.cpu_count()} cores ({args.backend} engines)"
+
+
+def ensure_model(args: argparse.Namespace) -> str:
+    if args.model:
+        return args.model
+    from dora.exec.tiny_model import build_tiny_model
+
+    d = Path(args.work) / ("model_quick" if args.quick else "model")
+    meta = d / "dora_tiny_model.json"
+    want = {"warm_start_steps": args.warm_start_steps, "hidden_size": args.hidden_size, "layers": args.layers,
+            "heads": args.heads, "intermediate_size": args.intermediate_size}
+    if meta.is_file() and (d / "build.json").is_file() and json.loads((d / "build.json").read_text()) == want:
+        return str(d)
+    print(f"building the tiny model in {d} ({args.warm_start_steps} warm-start steps)", file=sys.stderr, flush=True)
+    build_tiny_model(d, hidden_size=args.hidden_size, layers=args.layers, heads=args.heads,
+                     kv_heads=max(1, args.heads // 2), intermediate_size=args.intermediate_size,
+                     warm_start_steps=args.warm_start_steps, progress=not args.quiet)
+    (d / "build.json").write_text(json.dumps(want) + "\n")
+    return str(d)
+
+
+def exec_config(args: argparse.Namespace, model: str, policy: str, seed: int):
+    from dora.config import apply_cli, build
+    from dora.exec.run_config import ExecConfig
+
+    data = {
+        "model": model, "policies": [policy], "steps": args.steps, "seed": seed,
+        "out": str(Path(args.work) / f"seed{seed}"), "runtime": "local" if args.local else "ray",
+        "rollout": {"instances": args.instances, "backend": args.backend, "max_num_seqs": args.max_num_seqs},
+        "trainer": {"lr": args.lr, "warmup_steps": 2, "threads": args.trainer_threads, "seed": seed,
+                    "loss": {"correction": args.correction}},
+        "task": {"max_new_tokens": args.max_new_tokens, "seed": 0},
+        "policy": {"eta": args.eta, "batch_size": args.batch_size, "group_size": args.group_size},
+    }
+    return build(ExecConfig, apply_cli(data, {}, args.set))
+
+
+def one_run(args: argparse.Namespace, model: str, policy: str, seed: int) -> dict:
+    from dora.exec.orchestrator import run_policies
+
+    (res,) = run_policies(exec_config(args, model, policy, seed), progress=not args.quiet)
+    m = res.metrics
+    rewards = [float(s["reward_mean"]) for s in res.steps]
+    fr, fr_se = final_reward(rewards)
+    per_step = args.batch_size * args.group_size
+    curve = [{"step": int(s["step"]), "t_s": round(float(s["t_s"]), 3), "trained_samples": int(s["step"]) * per_step,
+              "reward": round(float(s["reward_mean"]), 5), "is_ess": round(float(s.get("is_ess", 1.0)), 5),
+              "clip_frac": round(float(s.get("clip_frac", 0.0)), 5),
+              "staleness_mean": round(float(s.get("staleness_mean", 0.0)), 3)} for s in res.steps]
+    return {"policy": policy, "seed": seed, "final_reward": fr, "final_reward_se": fr_se,
+            "first_reward": rewards[0] if rewards else float("nan"), "wall_s": float(m["wall_s"]),
+            "e2e_samples_per_s": float(m["e2e_samples_per_s"]), "bubble_ratio": float(m["bubble_ratio"]),
+            "staleness_mean": float(m["staleness_mean"]), "staleness_max": float(m["staleness_max"]),
+            "trained_samples": int(m["trained_samples"]), "c1_violations": int(m["c1_violations"]),
+            "c3_violations": int(m["c3_violations"]), "curve": curve}
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per policy: mean +- standard error over seeds of final reward, wall, e2e samples/s, bubble; max staleness;
+    speedup = e2e samples/s over sync's (when sync ran)."""
+    out: dict[str, dict] = {}
+    for pol in dict.fromkeys(r["policy"] for r in runs):
+        rs = [r for r in runs if r["policy"] == pol]
+        row = {"seeds": len(rs)}
+        for key in ("final_reward", "wall_s", "e2e_samples_per_s", "bubble_ratio", "staleness_mean"):
+            row[key], row[key + "_se"] = mean_se([r[key] for r in rs])
+        row["staleness_max"] = max(r["staleness_max"] for r in rs)
+        out[pol] = row
+    if "sync" in out:
+        for row in out.values():
+            row["speedup_vs_sync"] = row["e2e_samples_per_s"] / out["sync"]["e2e_samples_per_s"]
+    return out
+
+
+def print_table(summary: dict, title: str) -> None:
+    print(title)
+    print(f"{'policy':8} {'seeds':>5} {'wall s':>14} {'e2e samples/s':>16} {'speedup':>8} {'bubble':>7} "
+          f"{'stale mean/max':>15} {'final reward':>16}")
+    for pol, r in summary.items():
+        print(f"{pol:8} {r['seeds']:>5} {r['wall_s']:>8.1f} ±{r['wall_s_se']:<5.1f}"
+              f"{r['e2e_samples_per_s']:>9.2f} ±{r['e2e_samples_per_s_se']:<5.2f}"
+              f"{r.get('speedup_vs_sync', float('nan')):>7.2f}x {r['bubble_ratio']:>7.3f} "
+              f"{r['staleness_mean']:>9.2f} / {r['staleness_max']:<3.0f}"
+              f"{r['final_reward']:>9.3f} ±{r['final_reward_se']:.3f}")
+
+
+def plot(runs: list[dict], path: str, title: str) -> None:
+    """Reward (moving average over 5 steps) against trained samples and against wall time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    colors = {"sync": "tab:gray", "partial": "tab:blue", "dora": "tab:red"}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+
+    def smooth(y: np.ndarray, w: int = 5) -> np.ndarray:
+        if len(y) < w:
+            return y
+        c = np.cumsum(np.insert(y, 0, 0.0))
+        head = c[1:w] / np.arange(1, w)
+        return np.concatenate([head, (c[w:] - c[:-w]) / w])
+
+    for pol in dict.fromkeys(r["policy"] for r in runs):
+        rs = [r for r in runs if r["policy"] == pol]
+        col = colors.get(pol)
+        n = min(len(r["curve"]) for r in rs)
+        if n == 0:
+            continue
+        samples = np.array([p["trained_samples"] for p in rs[0]["curve"][:n]])
+        ys = np.array([[p["reward"] for p in r["curve"][:n]] for r in rs])
+        ts = np.array([[p["t_s"] for p in r["curve"][:n]] for r in rs])
+        for y, t in zip(ys, ts):
+            axes[0].plot(samples, smooth(y), color=col, lw=0.6, alpha=0.35)
+            axes[1].plot(t, smooth(y), color=col, lw=0.6, alpha=0.35)
+        label = f"{pol} ({len(rs)} seed{'s' if len(rs) > 1 else ''})"
+        axes[0].plot(samples, smooth(ys.mean(0)), color=col, lw=2, label=label)
+        axes[1].plot(ts.mean(0), smooth(ys.mean(0)), color=col, lw=2, label=label)
+    axes[0].set_xlabel("trained samples")
+    axes[1].set_xlabel("wall time (s)")
+    axes[0].set_ylabel("reward (per-step mean, 5-step moving average)")
+    axes[0].legend()
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+SETTINGS = ("model", "steps", "batch_size", "group_size", "eta", "correction", "lr", "max_new_tokens", "instances",
+            "backend", "local", "max_num_seqs", "trainer_threads", "warm_start_steps", "hidden_size", "layers",
+            "heads", "intermediate_size", "set")
+
+
+def earlier_runs(args: argparse.Namespace, redo: set[tuple[str, int]]) -> tuple[list[dict], list[str]]:
+    """--merge: the runs of --json not redone now and the commands that made them; refused when that
+    file was made with other settings."""
+    p = Path(args.json)
+    if not args.merge or not p.is_file():
+        return [], []
+    try:
+        doc = json.loads(p.read_text())
+        old, runs, commands = doc["config"], doc["runs"], list(doc["commands"])
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise InputError(f"--merge: {p} is not a result of this benchmark ({e}); remove it or drop --merge") from None
+    diff = [k for k in SETTINGS if old.get(k) != vars(args).get(k)]
+    if diff:
+        raise InputError(f"--merge: {p} was made with other settings ({', '.join(diff)}); use the same ones "
+                         "or another --json")
+    return [r for r in runs if (r["policy"], r["seed"]) not in redo], commands
+
+
+def write_json(doc: dict, path: str) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, p)
+
+
+def result_doc(args: argparse.Namespace, argv: list[str] | None, runs: list[dict], commands: list[str]) -> dict:
+    n_seeds = len({r["seed"] for r in runs})
+    model = args.model or "tiny model"
+    title = (f"{Path(model).name}: {args.instances} {args.backend} engines, B={args.batch_size} x "
+             f"G={args.group_size}, {args.steps} steps, eta={args.eta}, correction={args.correction}, "
+             f"lr={args.lr:g}, {n_seeds} seed(s); {device_name(args)}")
+    return {"device": device_name(args), "title": title,
+            "commands": commands + ["python benchmarks/exec_speedup.py "
+                                    + " ".join(argv if argv is not None else sys.argv[1:])],
+            "config": {k: v for k, v in vars(args).items() if k in SETTINGS},
+            "runs": runs, "summary": summarize(runs)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    with cli_errors("benchmarks/exec_speedup.py"):
+        check_args(args)
+        policies = args.policy or list(POLICIES)
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        runs, commands = earlier_runs(args, {(p, s) for p in policies for s in seeds})
+        model = ensure_model(args)
+        exec_config(args, model, policies[0], 0)  # bad --set values fail here, before any run
+        todo = len(seeds) * len(policies)
+        t0 = time.perf_counter()
+        for seed in seeds:
+            for pol in policies:
+                print(f"[{pol} seed {seed}, {todo} run(s) in this call] "
+                      f"({time.perf_counter() - t0:.0f} s so far)", file=sys.stderr, flush=True)
+                runs.append(one_run(args, model, pol, seed))
+                write_json(result_doc(args, argv, runs, commands), args.json)  # a later failure keeps this run
+        runs.sort(key=lambda r: (r["seed"], POLICIES.index(r["policy"])))
+        doc = result_doc(args, argv, runs, commands)
+        print_table(doc["summary"], doc["title"])
+        write_json(doc, args.json)
+        plot(runs, args.plot, doc["title"])
+        print(f"wrote {args.json} and {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

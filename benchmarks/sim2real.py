@@ -1,0 +1,131 @@
+"""Sim-to-real check: calibrate on one real run, replay a fresh real run in the simulator, compare.
+
+  # 1. real runs (one per policy; --profile-out/--events/--trace-out/--json), a calibration seed and a fresh one:
+  for S in 0 1; do for P in sync one_step partial laminar dora; do
+    python -m dora.exec --model M --policy $P --steps 8 --seed $S --set trainer.threads=1 --out R$S \\
+      --json R$S/$P.json --events R$S/ev.$P.parquet --trace-out R$S/rec.$P.parquet; done; done
+  # 2. this script: calibrate on R0, replay R1 per policy, compare
+  python benchmarks/sim2real.py --calib R0 --fresh R1 --out S2R [--pooled]
+
+For each policy: `python -m dora.sim calibrate R0/<policy>/profile.json --out S2R/cost.<policy>.yaml`
+(with --pooled: one cost file from every policy's profile), then `python -m dora.sim --trace
+R1/rec.<policy>.parquet --cost ... --policy <policy>` on the real run's cluster shape (its instances,
+slots, one trainer device, B, eta, steps; sync disaggregated; dora's migrations re-prefill, as the
+executor's do), then `python -m dora.sim compare R1/ev.<policy>.parquet S2R/sim.<policy>.parquet`.
+Prints each command it runs and the table of relative errors, with a host-speed probe (median engine
+step time with <= 2 running sequences, calibration vs fresh run: on a shared machine the same step
+takes longer while other jobs run); writes S2R/sim2real.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+POLICIES = ("sync", "one_step", "partial", "laminar", "dora")
+HOST_SCALED = ("decode_base_s", "decode_per_seq_s", "decode_per_ctx_token_s", "prefill_per_token_s")
+
+
+def small_batch_step_s(profile_paths: list[str]) -> float:
+    """Median engine step time with at most 2 running sequences: a probe of how fast the host was
+    (on a shared machine the same step takes longer when other jobs run)."""
+    import numpy as np
+
+    from dora.profile import read_profile
+
+    dts = []
+    for p in profile_paths:
+        d = read_profile(p)["decode_steps"]
+        dts += [dt for dt, r in zip(d["dt_s"], d["running"]) if dt > 0 and 0 < r <= 2]
+    return float(np.median(dts)) if dts else float("nan")
+
+
+def replay_args(run: dict, trace: Path, cost: Path, policy: str, events: Path) -> list[str]:
+    """dora.sim flags that put the real run's cluster and run length around its recorded trace."""
+    c = run["config"]
+    kv = int(c["rollout"]["max_model_len"]) * int(c["max_seqs"])
+    return ["--trace", str(trace), "--cost", str(cost), "--policy", policy, "--instances", str(c["instances"]),
+            "--devices-per-instance", "1", "--max-seqs", str(c["max_seqs"]), "--trainer-devices", "1",
+            "--batch-size", str(c["batch_size"]), "--eta", str(c["eta"]), "--steps", str(c["steps"]),
+            "--set", f"cluster.kv_tokens={kv}", "--set", "policy.sync.colocated=false",
+            "--set", "policy.dora.migrate_kv=false", "--events", str(events), "--quiet"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calib", required=True, help="directory of the calibration runs (--out of dora.exec)")
+    ap.add_argument("--fresh", required=True, help="directory of the fresh runs (their --events/--trace-out/--json)")
+    ap.add_argument("--out", required=True, help="directory for cost files, sim event logs and sim2real.json")
+    ap.add_argument("--policy", action="append", choices=POLICIES, help="policies (default: all five)")
+    ap.add_argument("--pooled", action="store_true", help="one cost file from every policy's calibration profile")
+    ap.add_argument("--calib-profile", action="append", metavar="PROFILE",
+                    help="calibrate every policy on these profiles instead (e.g. --calib-profile R1/sync/profile.json "
+                         "for an in-sample check of the model's structure, which is not a prediction)")
+    ap.add_argument("--host-adjust", action="store_true",
+                    help="diagnosis, not a prediction: scale the decode/prefill terms by the host probe's "
+                         "fresh/calibration ratio (a number measured on the fresh run)")
+    args = ap.parse_args(argv)
+    from dora.sim.__main__ import main as sim
+    from dora.sim.compare import HEADLINE, compare_files
+
+    calib, fresh, out = Path(args.calib), Path(args.fresh), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    policies = args.policy or list(POLICIES)
+    if args.pooled or args.calib_profile:
+        pooled = out / "cost.pooled.yaml"
+        profs = args.calib_profile or [str(calib / p / "profile.json") for p in policies]
+        cmd = ["calibrate", *profs, "--out", str(pooled)]
+        print("python -m dora.sim " + " ".join(cmd), flush=True)
+        if sim(cmd) != 0:
+            return 1
+    rows = {}
+    for p in policies:
+        cost = pooled if args.pooled or args.calib_profile else out / f"cost.{p}.yaml"
+        if not (args.pooled or args.calib_profile):
+            cmd = ["calibrate", str(calib / p / "profile.json"), "--out", str(cost)]
+            print("python -m dora.sim " + " ".join(cmd), flush=True)
+            if sim(cmd) != 0:
+                return 1
+        cal = args.calib_profile or ([str(calib / q / "profile.json") for q in policies] if args.pooled
+                                     else [str(calib / p / "profile.json")])
+        probe = {"calib": small_batch_step_s(cal), "fresh": small_batch_step_s([str(fresh / p / "profile.json")])}
+        if args.host_adjust:  # diagnosis: what the error is once the host's speed drift is taken out
+            import yaml
+
+            k = probe["fresh"] / probe["calib"]
+            data = yaml.safe_load(Path(cost).read_text())
+            for key in HOST_SCALED:
+                data[key] *= k
+            cost = out / f"cost.{p}.host_adjusted.yaml"
+            cost.write_text(f"# {cost.name}: decode and prefill terms x {k:.3f} (host probe fresh/calib)\n"
+                            + yaml.safe_dump(data, sort_keys=False))
+        run = json.loads((fresh / f"{p}.json").read_text())["runs"][0]
+        sim_ev = out / f"sim.{p}.parquet"
+        cmd = replay_args(run, fresh / f"rec.{p}.parquet", cost, p, sim_ev)
+        print("python -m dora.sim " + " ".join(cmd), flush=True)
+        if sim(cmd) != 0:
+            return 1
+        print(f"python -m dora.sim compare {fresh / f'ev.{p}.parquet'} {sim_ev}", flush=True)
+        rows[p] = compare_files(fresh / f"ev.{p}.parquet", sim_ev)
+        rows[p]["host_probe_s"] = probe
+    print()
+    lines = [f"{'policy':<9} " + " | ".join(f"{k:^27}" for k in HEADLINE) + " | host probe s (calib/fresh)",
+             f"{'':<9} " + " | ".join(f"{'real':>8} {'sim':>8} {'err':>9}" for _ in HEADLINE)]
+    for p, r in rows.items():
+        cells = []
+        for k in HEADLINE:
+            e = r["rel_err"][k]
+            cells.append(f"{r['real'][k]:>8.3f} {r['sim'][k]:>8.3f} {'n/a' if e is None else f'{e:+.1%}':>9}")
+        h = r["host_probe_s"]
+        cells.append(f"{h['calib']:.4f} / {h['fresh']:.4f}")
+        lines.append(f"{p:<9} " + " | ".join(cells))
+    print("\n".join(lines))
+    (out / "sim2real.json").write_text(json.dumps(rows, indent=2, default=float))
+    print(f"wrote {out / 'sim2real.json'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
