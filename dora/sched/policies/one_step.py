@@ -24,8 +24,10 @@ class OneStepPolicy(Policy):
         self._rollout_version = 0
         self._stranded: list[GroupView] = []  # groups that found no live instance of the rollout version
 
-    def _usable(self) -> list[InstView]:
-        return [i for i in self.view.alive() if self._rollout_version in i.versions]
+    def _usable(self, version: int | None = None) -> list[InstView]:
+        """Live instances holding `version` (default: the rollout version)."""
+        version = self._rollout_version if version is None else version
+        return [i for i in self.view.alive() if version in i.versions]
 
     def on_start(self) -> None:
         self.sample(self.B)
@@ -36,7 +38,7 @@ class OneStepPolicy(Policy):
 
     def _launch(self, groups: list[GroupView], version: int | None = None) -> None:
         version = self._rollout_version if version is None else version
-        insts = sorted((i for i in self.view.alive() if version in i.versions), key=lambda i: i.id)
+        insts = sorted(self._usable(version), key=lambda i: i.id)
         if not insts:
             self._stranded.extend(groups)  # no live instance holds the rollout version
             return
