@@ -58,9 +58,6 @@ class FaultConfig:
         if self.trainer_restart_s <= 0:
             raise InputError(f"trainer_restart_s: must be > 0 seconds, got {self.trainer_restart_s}")
 
-    def active(self) -> bool:
-        return bool(self.mtbf_s > 0 or self.fail_at or self.load_fail_prob > 0 or self.trainer_restart_at)
-
 
 class FaultDraws:
     """The random side of the faults, one stream per kind so that turning one on does not
