@@ -53,19 +53,24 @@ class LoadIndex:
 
     def update(self, inst: InstView) -> None:
         """The instance's load changed: move it to its new bucket."""
-        version, old = self.where[inst.id]
-        new = inst.load
+        iid = inst.id
+        version, old = self.where[iid]
+        new = len(inst.active)
         if new == old:
             return
         by_load = self.buckets[version]
         b = by_load[old]
-        del b[inst.id]
+        del b[iid]
         if not b:
             del by_load[old]
-        by_load.setdefault(new, {})[inst.id] = inst
-        self.where[inst.id] = (version, new)
+        nb = by_load.get(new)
+        if nb is None:
+            by_load[new] = {iid: inst}
+        else:
+            nb[iid] = inst
+        self.where[iid] = (version, new)
         S = inst.max_seqs
-        self.free[version] += max(S - new, 0) - max(S - old, 0)
+        self.free[version] += (S - new if new < S else 0) - (S - old if old < S else 0)
 
     def at(self, version: int, load: int) -> list[InstView]:
         """Instances of `version` with exactly `load` active trajectories, by id."""

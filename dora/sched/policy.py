@@ -193,9 +193,13 @@ class Policy:
 
     def start_group(self, g: GroupView, version: int, instances: list[InstView], pred: float = 0.0) -> None:
         """Dispatch all G samples of a group under one version; instances[i] runs sample i."""
-        self.view.open_group(g, version)
-        for i in range(g.size):
-            self.dispatch(g, i, instances[i], version, pred)
+        v = self.view
+        v.open_group(g, version)
+        out, now, pid, Dispatch = self._out, self.now, g.prompt_id, A.Dispatch
+        for i in range(g.size):  # self.dispatch(...), inlined (hot path)
+            iid = instances[i].id
+            t = v.new_traj(g, i, version, iid, now, pred)
+            out.append(Dispatch(t.id, pid, i, iid, version))
 
     def migrate(self, traj: int, dst: InstView, kv: bool = True) -> None:
         assert self.view.trajs[traj].state == QUEUED_OR_RUNNING, f"policy bug: trajectory {traj} is in transit"

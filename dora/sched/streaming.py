@@ -98,12 +98,13 @@ class StreamingPolicy(Policy):
             self.old.discard(inst)
 
     def _watch(self, inst: InstView, old_load: int) -> None:
-        if inst.id in self.pool:
+        iid = inst.id
+        if iid in self.pool:
             S, new = inst.max_seqs, len(inst.active)
             if new < S or old_load < S:  # free slots changed (an over-full instance counts as 0)
                 self.pool_free += (S - new if new < S else 0) - (S - old_load if old_load < S else 0)
-            self._dirty[inst.id] = inst  # re-keyed at the next placement
-        if inst.id in self.old:
+            self._dirty[iid] = inst  # re-keyed at the next placement
+        if iid in self.old.where:
             self.old.update(inst)
 
     def _push(self, inst: InstView) -> None:
@@ -148,7 +149,8 @@ class StreamingPolicy(Policy):
     # ---- admission ------------------------------------------------------------------------------------
     def admit(self) -> None:
         """Start backlogged groups, then sample as many new ones as fit in free slots and the cap."""
-        self._start_backlog()
+        if self.backlog:
+            self._start_backlog()
         room = min(self.pool_free // max(self.G, 1) - len(self.backlog), self.admission_cap() - self.untrained)
         if room > 0:
             self.requested += room

@@ -43,6 +43,22 @@ class _At(simpy.events.Event):
         self._value = None
 
 
+class _Call:
+    """A SimPy queue entry that calls fn(arg) (cheaper than an `_At` plus a closure: the hot
+    path schedules one per instance boundary). SimPy's step reads `callbacks` and `_ok`."""
+
+    __slots__ = ("callbacks", "fn", "arg")
+    _ok = True
+
+    def __init__(self, fn: Callable[[int], None], arg: int):
+        self.fn = fn
+        self.arg = arg
+        self.callbacks = (self,)
+
+    def __call__(self, _event: object) -> None:
+        self.fn(self.arg)
+
+
 class Dataset:
     """Prompt groups in trace order; past the end it starts another epoch with fresh ids."""
 
@@ -65,9 +81,6 @@ class Dataset:
             self.index[pid] = k
             out.append(E.GroupSpec(pid, self.G, int(self.prompt_len[k])))
         return out
-
-    def row(self, prompt_id: int, sample_idx: int) -> int:
-        return self.index[prompt_id] * self.G + sample_idx
 
 
 @dataclass
@@ -131,6 +144,7 @@ class Cluster:
                             float(spec.slowdowns[i]), self.log, self._scheduler_for(i), self._on_finish,
                             self._on_stopped, reference=reference, load_fails=load_fails)
             inst.versions = {0}
+            inst.schedule_boundary = self._boundary_scheduler_for(i)
             inst.on_loaded = self._on_loaded
             inst.on_staged = self._on_staged
             self.instances.append(inst)
@@ -155,6 +169,18 @@ class Cluster:
             if t < env._now:
                 raise RuntimeError(f"scheduling in the past: {t} < {env._now}")
             heapq.heappush(queue, (t, kind * _KIND_STRIDE + base, next(eid), _At(env, fn)))
+
+        return schedule
+
+    def _boundary_scheduler_for(self, iid: int) -> Callable[[float, Callable[[int], None], int], None]:
+        """schedule(t, fn, arg): fn(arg) at time t, ordered as kind 0 (instance boundaries)."""
+        env = self.env
+        queue, eid = env._queue, env._eid
+
+        def schedule(t: float, fn: Callable[[int], None], arg: int) -> None:
+            if t < env._now:
+                raise RuntimeError(f"scheduling in the past: {t} < {env._now}")
+            heapq.heappush(queue, (t, iid, next(eid), _Call(fn, arg)))
 
         return schedule
 
@@ -287,11 +313,11 @@ class Cluster:
     # ---- scheduler <-> body -------------------------------------------------------------------
     def deliver(self, ev: E.Event) -> None:
         self.events += 1
-        for a in self.policy.handle(ev, self.env.now):
+        for a in self.policy.handle(ev, self.env._now):
             self.apply(a)
 
     def apply(self, a: A.Action) -> None:
-        now = self.env.now
+        now = self.env._now
         t = type(a)
         if t is A.Dispatch:
             self._dispatch(a, now)
@@ -321,20 +347,22 @@ class Cluster:
                 inst.load_req is None or inst.load_req[0] != a.version):
             raise RuntimeError(f"policy bug: dispatch of version {a.version} to instance {a.instance} "
                                f"holding {sorted(inst.versions)}")
-        row = self.data.row(a.prompt_id, a.sample_idx)
+        traj, pid, version = a.traj, a.prompt_id, a.version
+        row = self.data.index[pid] * self.data.G + a.sample_idx
         plen = self._plens[row]
         rlen = self._rlens[row]
-        s = Seq(a.traj, a.prompt_id, a.version, rlen, plen, plen, now, first_prefill=True)
-        self.seqs[a.traj] = s
-        self.where[a.traj] = a.instance
-        if a.traj != len(self.pid_of):
-            raise RuntimeError(f"policy bug: trajectory ids must be dense and increasing, got {a.traj}")
-        self.pid_of.append(a.prompt_id)
-        self.version_of.append(a.version)
+        s = Seq(traj, pid, version, rlen, plen, plen, now, True)
+        self.seqs[traj] = s
+        self.where[traj] = a.instance
+        if traj != len(self.pid_of):
+            raise RuntimeError(f"policy bug: trajectory ids must be dense and increasing, got {traj}")
+        self.pid_of.append(pid)
+        self.version_of.append(version)
         self.plen.append(plen)
         self.rlen.append(rlen)
-        self._row((now, self._dispatch_code, a.instance, a.traj, a.prompt_id, a.version, -1, plen, 0.0, 0.0, 0.0))
-        inst.submit(s, now)
+        self._row((now, self._dispatch_code, a.instance, traj, pid, version, -1, plen, 0.0, 0.0, 0.0))
+        inst.waiting.append(s)  # inst.submit(s, now), inlined (hot path)
+        inst.touch(now)
 
     def _abort(self, a: A.Abort, now: float) -> None:
         s = self.seqs.get(a.traj)
@@ -396,14 +424,15 @@ class Cluster:
         self.log.add(now, event, inst.id, s.traj, s.prompt_id, s.version, -1, s.made, detail,
                      now - s.t_start, s.busy, s.prefill_s)
 
-    def _on_finish(self, s: Seq, inst: Instance) -> None:
-        now = self.env.now
+    def _on_finish(self, s: Seq, inst: Instance, now: float) -> None:
         traj = s.traj
         self._row((now, self._finish_code, inst.id, traj, s.prompt_id, s.version, -1, s.made,
                    now - s.t_start, s.busy, s.prefill_s))
         del self.seqs[traj]
         self.where.pop(traj, None)
-        self.deliver(E.TrajectoryFinished(traj, inst.id, self.rlen[traj]))
+        self.events += 1
+        for a in self.policy.handle(E.TrajectoryFinished(traj, inst.id, self.rlen[traj]), now):
+            self.apply(a)
 
     def _on_stopped(self, s: Seq, inst: Instance) -> None:
         now = self.env.now

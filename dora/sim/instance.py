@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 # Seq states
 WAITING, RUNNING, GONE = 0, 1, 2
+# Finish heap entries are ints, (target step << _SHIFT) | traj: ordered as (target, traj) tuples
+# would be, and cheaper to compare.
+_SHIFT = 32
+_MASK = (1 << _SHIFT) - 1
 
 
 class Seq:
@@ -65,7 +69,7 @@ class Instance:
 
     def __init__(self, iid: int, max_seqs: int, kv_tokens: int, devices: int, cost: CostModel, slowdown: float,
                  log: "EventLog", schedule: Callable[[float, int, Callable[[object], None]], None],
-                 on_finish: Callable[[Seq, "Instance"], None], on_stopped: Callable[[Seq, "Instance"], None],
+                 on_finish: Callable[[Seq, "Instance", float], None], on_stopped: Callable[[Seq, "Instance"], None],
                  reference: bool = False, load_fails: Callable[[], bool] | None = None):
         self.id = iid
         self.max_seqs = max_seqs
@@ -92,7 +96,7 @@ class Instance:
         self.vcount: dict[int, int] = {}
         self.running: dict[int, Seq] = {}
         self.waiting: deque[Seq] = deque()
-        self.heap: list[tuple[int, int]] = []  # (target step, traj)
+        self.heap: list[int] = []  # (target step << _SHIFT) | traj
         self.versions: set[int] = set()
         self.loading = -1  # version being loaded, -1 if none
         self.alive = True
@@ -112,6 +116,9 @@ class Instance:
         self.pause_req: tuple[float, int] | None = None  # (seconds, version): broadcast barrier at next boundary
         self.on_staged: Callable[[Instance, int], None] | None = None
         self.f_next = 0.0  # slowdown from the next run on (0: unchanged)
+        # schedule_boundary(t, fn, tok): fn(tok) at t, as a kind-0 event (set by the cluster)
+        self.schedule_boundary: Callable[[float, Callable[[int], None], int], None] = (
+            lambda t, fn, tok: schedule(t, 0, lambda _: fn(tok)))
 
     # ---- closed form -------------------------------------------------------------------------
     def T(self, j: int) -> float:
@@ -208,17 +215,19 @@ class Instance:
                 self.replan_at = now
                 self._schedule(now, 1, lambda _: self._replan())
             return
-        t = self.T(j)
+        t = self.T0 + self.E + j * self.A + self.Bq * (j * (j - 1) // 2)  # T(j), j >= 1
         if t < self.pending_t:
-            self._arm(j, t)
+            tok = self.token = self.token + 1  # _arm(j, t)
+            self.pending_t = t
+            self.pending_j = j
+            self.schedule_boundary(t, self._boundary, tok)
 
     def _arm(self, j: int, t: float) -> None:
         """Schedule the boundary after the first j steps of the current run (at time t = T(j))."""
-        self.token += 1
-        tok = self.token
+        tok = self.token = self.token + 1
         self.pending_t = t
         self.pending_j = j
-        self._schedule(t, 0, lambda _: self._boundary(tok))
+        self.schedule_boundary(t, self._boundary, tok)
 
     # ---- boundary processing -------------------------------------------------------------------
     def _advance_to(self, now: float) -> None:
@@ -260,8 +269,13 @@ class Instance:
             return  # superseded
         now = self.pending_t
         self.pending_t = math.inf
-        if self.n and now > self.T0:
-            self._advance(self.pending_j, now)
+        if self.n and now > self.T0:  # _advance(pending_j, now), inlined (hot path)
+            j = self.pending_j
+            self.phi_base += (j * self.A + self.Bq * (j * (j - 1) // 2)) / self.max_seqs
+            self.K += j
+            self.C += self.n * j
+            self.T0 = now
+            self.E = 0.0
         self._process(now)
 
     def _replan(self) -> None:
@@ -277,20 +291,26 @@ class Instance:
     def _process(self, now: float) -> None:
         """At a boundary: finish, stop, preempt, load or admit; then arm the next boundary."""
         self.in_process = True
-        done: list[Seq] = []
         heap = self.heap
-        while heap and heap[0][0] <= self.K:
-            target, traj = heapq.heappop(heap)
-            s = self.running.get(traj)
-            if s is not None and s.target == target:
-                self._leave(s)
-                done.append(s)
-        for s in done:
-            if s.stop.startswith("abort"):
-                self._on_stopped(s, self)  # aborted while its finish was being delivered
-            else:
-                s.stop = ""
-                self._on_finish(s, self)
+        K = self.K
+        bound = (K + 1) << _SHIFT  # entries below it have target <= K
+        if heap and heap[0] < bound:
+            done: list[Seq] = []
+            running, heappop = self.running, heapq.heappop
+            while heap and heap[0] < bound:
+                key = heappop(heap)
+                target, traj = key >> _SHIFT, key & _MASK
+                s = running.get(traj)
+                if s is not None and s.target == target:
+                    self._leave(s)
+                    done.append(s)
+            for s in done:
+                if s.stop:
+                    if s.stop.startswith("abort"):
+                        self._on_stopped(s, self)  # aborted while its finish was being delivered
+                        continue
+                    s.stop = ""
+                self._on_finish(s, self, now)
         while self.stops:
             stops, self.stops = self.stops, []
             for s in stops:
@@ -307,7 +327,8 @@ class Instance:
         self._plan(now)
 
     def _plan(self, now: float) -> None:
-        """Admit waiting seqs, preempt on KV overflow, and arm the next boundary."""
+        """Admit waiting seqs, preempt on KV overflow, and arm the next boundary.
+        (The hot path: `_admit`, `T` and `_arm` are inlined, with the same arithmetic.)"""
         self.T0 = now
         self.E = 0.0
         if self.f_next:
@@ -316,24 +337,38 @@ class Instance:
         while self.n and self.C + self.n > self.kv_tokens:
             self._preempt(now)
         prefill = 0
-        ms, kv, waiting = self.max_seqs, self.kv_tokens, self.waiting
+        waiting = self.waiting
+        heap, running = self.heap, self.running
         if waiting:
+            ms, kv, versions, vcount, K, phi = self.max_seqs, self.kv_tokens, self.versions, self.vcount, \
+                self.K, self.phi_base
+            n, C = self.n, self.C
             skipped: list[Seq] = []
-            while waiting and self.n < ms:
+            while waiting and n < ms:
                 s = waiting[0]
-                if s.version not in self.versions:
+                v = s.version
+                if v not in versions:
                     skipped.append(waiting.popleft())  # its version is not here (yet)
                     continue
-                if self.C + s.ctx + self.n + 1 > kv:
+                if C + s.ctx + n + 1 > kv:
                     break  # FCFS: head of line blocks, as in vLLM
                 waiting.popleft()
-                self._admit(s)
-                prefill += s.prefill
+                s.state = RUNNING  # _admit(s)
+                s.k0 = K
+                target = s.target = K + s.remaining
+                s.phi0 = phi
+                running[s.traj] = s
+                n += 1
+                C += s.ctx
+                vcount[v] = vcount.get(v, 0) + 1
+                heapq.heappush(heap, (target << _SHIFT) | s.traj)
                 if s.prefill:
+                    prefill += s.prefill
                     if s.first_prefill:
                         s.prefill_s += self.f * self.p * s.prefill * self.devices
                         s.first_prefill = False
                     s.prefill = 0
+            self.n, self.C = n, C
             if skipped:
                 waiting.extendleft(reversed(skipped))
         n = self.n
@@ -341,28 +376,34 @@ class Instance:
             self.A = self.Bq = 0.0
             return
         f = self.f
-        self.E = f * self.p * prefill
-        wt = self.wtable
+        E = self.E = f * self.p * prefill
         if len(self.vcount) == 1:
-            w = wt[n]
+            w = self.wtable[n]
         else:
+            wt = self.wtable
             w = sum(wt[k] for k in self.vcount.values())
-        self.A = f * (w + self.b * n + self.c * self.C)
-        self.Bq = f * self.c * n
-        heap, running = self.heap, self.running
+        C = self.C
+        A = self.A = f * (w + self.b * n + self.c * C)
+        Bq = self.Bq = f * self.c * n
         while True:  # drop stale heap tops (seqs that left early)
-            target, traj = heap[0]
+            key = heap[0]
+            target, traj = key >> _SHIFT, key & _MASK
             s = running.get(traj)
             if s is not None and s.target == target:
                 break
             heapq.heappop(heap)
         j = target - self.K
-        j_kv = (self.kv_tokens - self.C) // n  # steps that fit in KV
+        j_kv = (self.kv_tokens - C) // n  # steps that fit in KV
         if 0 < j_kv < j:
             j = j_kv
         if self.reference or j < 1:
             j = 1
-        self._arm(j, self.T(j))
+        # _arm(j, T(j))
+        t = now + E + j * A + Bq * (j * (j - 1) // 2)
+        tok = self.token = self.token + 1
+        self.pending_t = t
+        self.pending_j = j
+        self.schedule_boundary(t, self._boundary, tok)
 
     def _admit(self, s: Seq) -> None:
         s.state = RUNNING
@@ -373,7 +414,7 @@ class Instance:
         self.n += 1
         self.C += s.ctx
         self.vcount[s.version] = self.vcount.get(s.version, 0) + 1
-        heapq.heappush(self.heap, (s.target, s.traj))
+        heapq.heappush(self.heap, (s.target << _SHIFT) | s.traj)
 
     def _preempt(self, now: float) -> None:
         """KV overflow: recompute-preempt the most recently admitted sequence (vLLM's policy)."""

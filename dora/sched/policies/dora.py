@@ -92,7 +92,7 @@ class DoraPolicy(StreamingPolicy):
         return cost if self.pred is None else cost / inst.max_seqs
 
     def admission_cap(self) -> int:
-        return super().admission_cap() + self.extra
+        return StreamingPolicy.admission_cap(self) + self.extra
 
     # ---- repartition ------------------------------------------------------------------------------
     def old_load(self, inst: InstView) -> float:
@@ -123,10 +123,10 @@ class DoraPolicy(StreamingPolicy):
         if drained:
             for inst in sorted(drained, key=lambda i: i.id):
                 self.load(inst, latest)  # drained: switch now
-        loads = old.loads(ver)
-        room = self._room_total(ver, loads)
+        room = self._room_total(ver)
         if room <= 0 or (self._cap_uniform and room < self._cap_max):
             return  # a candidate needs room >= max(cap, its load)
+        loads = old.loads(ver)
         share = self.dc.repartition_load
         for load in loads:
             if load > room:
@@ -153,18 +153,21 @@ class DoraPolicy(StreamingPolicy):
         """Slots an old-version peer still takes migrated tails into (packing cap minus its load)."""
         return max(self._cap(inst) - inst.load, 0)
 
-    def _room_total(self, ver: int, loads: list[int]) -> int:
-        """Packing room over the old instances of `ver` (`loads`: their loads, ascending)."""
+    def _room_total(self, ver: int) -> int:
+        """Packing room over the old instances of `ver` (only loads below the largest cap have any)."""
+        by_load = self.old.buckets.get(ver)
+        if not by_load:
+            return 0
         total = 0
         cap = self._cap_max
-        for load in loads:
-            if load >= cap:
-                break  # loads ascend: no room at or above the largest cap
-            b = self.old.bucket(ver, load)
+        for load in range(cap):
+            b = by_load.get(load)
+            if not b:
+                continue
             if self._cap_uniform:
                 total += len(b) * (cap - load)
             else:
-                total += sum(self._room(i) for i in b)
+                total += sum(self._room(i) for i in b.values())
         return total
 
     def _packing_peers(self, ver: int, src: InstView) -> list[InstView]:
