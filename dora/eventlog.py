@@ -134,11 +134,23 @@ class EventLog:
         for r, d in self.detail.items():
             detail[r] = d
         cols = {name: rec[name].copy() for name in _ROW.names}
-        cols["event"] = pd.Categorical(names[cols["event"]]) if n else pd.Categorical([])
+        cols["event"] = _categorical(cols["event"], names) if n else pd.Categorical([])
         cols["detail"] = detail
         df = pd.DataFrame({c: cols[c] for c in COLUMNS})
         df.attrs["run"] = self.run_info
         return df
+
+
+def _categorical(codes: np.ndarray, names: np.ndarray) -> pd.Categorical:
+    """The event names of `codes` (-1: the last name) as a Categorical whose categories are the
+    names present, sorted (as pd.Categorical(values) would make them), without building the
+    millions of strings first."""
+    codes = codes.astype(np.int64) % len(names)
+    present = np.flatnonzero(np.bincount(codes, minlength=len(names)))
+    order = sorted(present, key=lambda k: names[k])
+    lut = np.full(len(names), -1, dtype=np.int64)
+    lut[order] = np.arange(len(order))
+    return pd.Categorical.from_codes(lut[codes], [names[k] for k in order])
 
 
 def events_path(base: str | Path, policy: str, several: bool) -> Path:
