@@ -44,19 +44,12 @@ class _At(simpy.events.Event):
 
 
 class _Call:
-    """A SimPy queue entry that calls fn(arg) (cheaper than an `_At` plus a closure: the hot
-    path schedules one per instance boundary). SimPy's step reads `callbacks` and `_ok`."""
+    """A SimPy queue entry for an instance boundary: `callbacks` (the instance's bound
+    `_boundary`, made once) get the entry, whose `arg` is the boundary's token. Cheaper than an
+    `_At` plus a closure per event; SimPy's step reads only `callbacks` and `_ok`."""
 
-    __slots__ = ("callbacks", "fn", "arg")
+    __slots__ = ("callbacks", "arg")
     _ok = True
-
-    def __init__(self, fn: Callable[[int], None], arg: int):
-        self.fn = fn
-        self.arg = arg
-        self.callbacks = (self,)
-
-    def __call__(self, _event: object) -> None:
-        self.fn(self.arg)
 
 
 class Dataset:
@@ -172,15 +165,19 @@ class Cluster:
 
         return schedule
 
-    def _boundary_scheduler_for(self, iid: int) -> Callable[[float, Callable[[int], None], int], None]:
-        """schedule(t, fn, arg): fn(arg) at time t, ordered as kind 0 (instance boundaries)."""
+    def _boundary_scheduler_for(self, iid: int) -> Callable[[float, tuple, int], None]:
+        """schedule(t, callbacks, arg): an event at t, ordered as kind 0 (instance boundaries),
+        that calls each of `callbacks` with itself (its `arg` attribute is `arg`)."""
         env = self.env
         queue, eid = env._queue, env._eid
 
-        def schedule(t: float, fn: Callable[[int], None], arg: int) -> None:
+        def schedule(t: float, callbacks: tuple, arg: int) -> None:
             if t < env._now:
                 raise RuntimeError(f"scheduling in the past: {t} < {env._now}")
-            heapq.heappush(queue, (t, iid, next(eid), _Call(fn, arg)))
+            ev = _Call()
+            ev.callbacks = callbacks
+            ev.arg = arg
+            heapq.heappush(queue, (t, iid, next(eid), ev))
 
         return schedule
 

@@ -116,9 +116,10 @@ class Instance:
         self.pause_req: tuple[float, int] | None = None  # (seconds, version): broadcast barrier at next boundary
         self.on_staged: Callable[[Instance, int], None] | None = None
         self.f_next = 0.0  # slowdown from the next run on (0: unchanged)
-        # schedule_boundary(t, fn, tok): fn(tok) at t, as a kind-0 event (set by the cluster)
-        self.schedule_boundary: Callable[[float, Callable[[int], None], int], None] = (
-            lambda t, fn, tok: schedule(t, 0, lambda _: fn(tok)))
+        # schedule_boundary(t, callbacks, tok): an event at t carrying `tok` whose callbacks are
+        # `callbacks` (this instance's `_boundary_cbs`), ordered as kind 0; set by the cluster
+        self.schedule_boundary: Callable[[float, tuple, int], None] | None = None
+        self._boundary_cbs = (self._boundary,)
 
     # ---- closed form -------------------------------------------------------------------------
     def T(self, j: int) -> float:
@@ -220,14 +221,14 @@ class Instance:
             tok = self.token = self.token + 1  # _arm(j, t)
             self.pending_t = t
             self.pending_j = j
-            self.schedule_boundary(t, self._boundary, tok)
+            self.schedule_boundary(t, self._boundary_cbs, tok)
 
     def _arm(self, j: int, t: float) -> None:
         """Schedule the boundary after the first j steps of the current run (at time t = T(j))."""
         tok = self.token = self.token + 1
         self.pending_t = t
         self.pending_j = j
-        self.schedule_boundary(t, self._boundary, tok)
+        self.schedule_boundary(t, self._boundary_cbs, tok)
 
     # ---- boundary processing -------------------------------------------------------------------
     def _advance_to(self, now: float) -> None:
@@ -264,8 +265,9 @@ class Instance:
         else:
             del self.vcount[v]
 
-    def _boundary(self, tok: int) -> None:
-        if tok != self.token:
+    def _boundary(self, event) -> None:
+        """The boundary armed with token `event.arg` is due (unless superseded since)."""
+        if event.arg != self.token:
             return  # superseded
         now = self.pending_t
         self.pending_t = math.inf
@@ -403,7 +405,7 @@ class Instance:
         tok = self.token = self.token + 1
         self.pending_t = t
         self.pending_j = j
-        self.schedule_boundary(t, self._boundary, tok)
+        self.schedule_boundary(t, self._boundary_cbs, tok)
 
     def _admit(self, s: Seq) -> None:
         s.state = RUNNING
