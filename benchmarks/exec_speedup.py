@@ -5,8 +5,17 @@ the same count-task prompts (task seed fixed) for `--steps` trainer steps of B x
 every policy trains the same number of samples; the seed changes sampling and the trainer's
 shuffling. Per run: wall time, e2e_samples_per_s, bubble_ratio, staleness mean/max, and the
 final reward = mean per-step reward over the last 10% of steps (>= 1 step) +- its standard error.
+The trainer also writes every --eval-every-th version; after each run (outside its wall time) each of
+them and the starting model are scored on fixed count-task prompts (dora.exec.tiny_model.eval_score,
+same prompts and sampling seed for every checkpoint): `first_eval`, `final_eval`, `eval` per run.
 Writes a JSON ({"device", "config", "runs": [...], "summary": {policy: ...}}) and a PNG of the
-reward against trained samples and against wall time (mean over seeds; thin lines: each seed).
+training reward and of the score against trained samples and against wall time (thick: mean over
+seeds; thin: each seed).
+
+Defaults (the configuration of the committed results): the 64-wide 2-layer tiny model warm-started
+400 steps, B=16 x G=8, 50 steps, rollout temperature 0.7, AdamW lr 1e-4 with 5 warm-up steps,
+GRPO with the sequence-mean-of-token-means loss; each (policy, seed) is one call under the shared
+lock (`--policy P --seeds 1 --first-seed S --merge`, about 4 minutes each on 2 cores).
 
   python benchmarks/exec_speedup.py                              # 3 seeds x sync/partial/dora
   python benchmarks/exec_speedup.py --seeds 1 --steps 20         # shrink it
@@ -50,13 +59,22 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--merge", action="store_true",
                     help="keep the runs already in --json (same settings) that this call does not redo, so a "
                     "long comparison can run in parts (e.g. one policy and seed per call)")
-    ap.add_argument("--steps", type=int, default=40, help="trainer steps per run (default 40)")
+    ap.add_argument("--steps", type=int, default=50, help="trainer steps per run (default 50)")
     ap.add_argument("--batch-size", type=int, default=16, help="prompt groups per step (default 16)")
     ap.add_argument("--group-size", type=int, default=8, help="samples per prompt (default 8)")
     ap.add_argument("--eta", type=int, default=2, help="staleness bound (default 2)")
     ap.add_argument("--correction", choices=("tis", "mask", "off"), default="tis",
                     help="staleness correction of the loss (default tis)")
-    ap.add_argument("--lr", type=float, default=3e-4, help="trainer learning rate (default 3e-4)")
+    ap.add_argument("--lr", type=float, default=1e-4, help="trainer learning rate (default 1e-4)")
+    ap.add_argument("--warmup-steps", type=int, default=5, help="linear lr warm-up steps (default 5)")
+    ap.add_argument("--aggregation", choices=("token_mean", "seq_mean_token_mean"), default="seq_mean_token_mean",
+                    help="loss aggregation over tokens (default seq_mean_token_mean)")
+    ap.add_argument("--temperature", type=float, default=0.7,
+                    help="sampling temperature of the rollouts and of the score (default 0.7)")
+    ap.add_argument("--eval-every", type=int, default=10,
+                    help="score the policy every k steps on fixed prompts after the run (0: never; default 10)")
+    ap.add_argument("--eval-prompts", type=int, default=64, help="fixed count-task prompts of the score (default 64)")
+    ap.add_argument("--eval-samples", type=int, default=4, help="samples per prompt of the score (default 4)")
     ap.add_argument("--max-new-tokens", type=int, default=320, help="generation cap (default 320)")
     ap.add_argument("--instances", type=int, default=2, help="rollout engines (default 2)")
     ap.add_argument("--backend", choices=("vllm", "hf"), default="vllm")
@@ -83,14 +101,19 @@ def check_args(args: argparse.Namespace) -> None:
     if args.quick:
         args.seeds, args.steps, args.batch_size, args.group_size = 1, 2, 2, 2
         args.max_new_tokens, args.warm_start_steps, args.local, args.backend = 24, 0, True, "hf"
-        args.instances, args.max_num_seqs = 2, 8
-    for name in ("seeds", "steps", "batch_size", "group_size", "max_new_tokens", "instances", "max_num_seqs"):
+        args.instances, args.max_num_seqs, args.eval_every, args.eval_prompts, args.eval_samples = 2, 8, 1, 2, 2
+    for name in ("seeds", "steps", "batch_size", "group_size", "max_new_tokens", "instances", "max_num_seqs",
+                 "eval_prompts", "eval_samples"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
     if args.first_seed < 0:
         raise InputError(f"--first-seed: must be >= 0, got {args.first_seed}")
     if args.eta < 0:
         raise InputError(f"--eta: must be >= 0, got {args.eta}")
+    if not args.temperature > 0:
+        raise InputError(f"--temperature: must be > 0, got {args.temperature}")
+    if args.eval_every < 0 or args.warmup_steps < 0:
+        raise InputError(f"--eval-every and --warmup-steps: must be >= 0, got {args.eval_every}, {args.warmup_steps}")
     if args.warm_start_steps < 0:
         raise InputError(f"--warm-start-steps: must be >= 0, got {args.warm_start_steps}")
     if args.model and not Path(args.model).is_dir():
@@ -159,18 +182,62 @@ def exec_config(args: argparse.Namespace, model: str, policy: str, seed: int):
     data = {
         "model": model, "policies": [policy], "steps": args.steps, "seed": seed,
         "out": str(Path(args.work) / f"seed{seed}"), "runtime": "local" if args.local else "ray",
-        "rollout": {"instances": args.instances, "backend": args.backend, "max_num_seqs": args.max_num_seqs},
-        "trainer": {"lr": args.lr, "warmup_steps": 2, "threads": args.trainer_threads, "seed": seed,
-                    "loss": {"correction": args.correction}},
+        "rollout": {"instances": args.instances, "backend": args.backend, "max_num_seqs": args.max_num_seqs,
+                    "temperature": args.temperature},
+        "trainer": {"lr": args.lr, "warmup_steps": args.warmup_steps, "threads": args.trainer_threads, "seed": seed,
+                    "loss": {"correction": args.correction, "aggregation": args.aggregation},
+                    "snapshot_every": args.eval_every, "snapshot_dir": str(snapshot_dir(args, policy, seed))},
         "task": {"max_new_tokens": args.max_new_tokens, "seed": 0},
         "policy": {"eta": args.eta, "batch_size": args.batch_size, "group_size": args.group_size},
     }
     return build(ExecConfig, apply_cli(data, {}, args.set))
 
 
+def snapshot_dir(args: argparse.Namespace, policy: str, seed: int) -> Path:
+    return Path(args.work).resolve() / f"seed{seed}" / f"{policy}-snapshots"
+
+
+def score(args: argparse.Namespace, model_dir: str) -> dict:
+    """The fixed-prompt score of a checkpoint (dora.exec.tiny_model.eval_score), one torch thread."""
+    import torch
+
+    from dora.exec.tiny_model import eval_score
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, args.trainer_threads))
+    try:
+        return eval_score(model_dir, prompts=args.eval_prompts, samples=args.eval_samples,
+                          max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+    finally:
+        torch.set_num_threads(threads)
+
+
+_BASE_SCORE: dict[str, dict] = {}
+
+
+def eval_curve(args: argparse.Namespace, model: str, policy: str, seed: int, t_of_step: dict[int, float]) -> list[dict]:
+    """Score of the starting model and of every --eval-every-th version (snapshots written by the trainer);
+    computed after the run, so it costs no run time."""
+    if not args.eval_every:
+        return []
+    if model not in _BASE_SCORE:
+        _BASE_SCORE[model] = score(args, model)
+    per_step = args.batch_size * args.group_size
+    out = [{"step": 0, "trained_samples": 0, "t_s": 0.0, **_BASE_SCORE[model]}]
+    snaps = snapshot_dir(args, policy, seed)
+    for k in range(args.eval_every, args.steps + 1, args.eval_every):
+        if (snaps / f"v{k}").is_dir():
+            out.append({"step": k, "trained_samples": k * per_step, "t_s": t_of_step.get(k, float("nan")),
+                        **score(args, str(snaps / f"v{k}"))})
+    return [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in row.items()} for row in out]
+
+
 def one_run(args: argparse.Namespace, model: str, policy: str, seed: int) -> dict:
+    import shutil
+
     from dora.exec.orchestrator import run_policies
 
+    shutil.rmtree(snapshot_dir(args, policy, seed), ignore_errors=True)
     (res,) = run_policies(exec_config(args, model, policy, seed), progress=not args.quiet)
     m = res.metrics
     rewards = [float(s["reward_mean"]) for s in res.steps]
@@ -179,13 +246,19 @@ def one_run(args: argparse.Namespace, model: str, policy: str, seed: int) -> dic
     curve = [{"step": int(s["step"]), "t_s": round(float(s["t_s"]), 3), "trained_samples": int(s["step"]) * per_step,
               "reward": round(float(s["reward_mean"]), 5), "is_ess": round(float(s.get("is_ess", 1.0)), 5),
               "clip_frac": round(float(s.get("clip_frac", 0.0)), 5),
-              "staleness_mean": round(float(s.get("staleness_mean", 0.0)), 3)} for s in res.steps]
+              "staleness_mean": round(float(s.get("staleness_mean", 0.0)), 3),
+              "zero_var_groups": round(float(s.get("zero_var_groups", 0.0)), 4),
+              "response_len_mean": round(float(s.get("response_len_mean", 0.0)), 2),
+              "grad_norm": round(float(s.get("grad_norm", 0.0)), 4)} for s in res.steps]
+    evals = eval_curve(args, model, policy, seed, {p["step"]: p["t_s"] for p in curve})
     return {"policy": policy, "seed": seed, "final_reward": fr, "final_reward_se": fr_se,
             "first_reward": rewards[0] if rewards else float("nan"), "wall_s": float(m["wall_s"]),
             "e2e_samples_per_s": float(m["e2e_samples_per_s"]), "bubble_ratio": float(m["bubble_ratio"]),
             "staleness_mean": float(m["staleness_mean"]), "staleness_max": float(m["staleness_max"]),
             "trained_samples": int(m["trained_samples"]), "c1_violations": int(m["c1_violations"]),
-            "c3_violations": int(m["c3_violations"]), "curve": curve}
+            "c3_violations": int(m["c3_violations"]), "curve": curve, "eval": evals,
+            "first_eval": evals[0]["score"] if evals else float("nan"),
+            "final_eval": evals[-1]["score"] if len(evals) > 1 else float("nan")}
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -197,6 +270,9 @@ def summarize(runs: list[dict]) -> dict:
         row = {"seeds": len(rs)}
         for key in ("final_reward", "wall_s", "e2e_samples_per_s", "bubble_ratio", "staleness_mean"):
             row[key], row[key + "_se"] = mean_se([r[key] for r in rs])
+        if all(math.isfinite(r.get("final_eval", float("nan"))) for r in rs):
+            row["final_eval"], row["final_eval_se"] = mean_se([r["final_eval"] for r in rs])
+            row["first_eval"] = mean_se([r["first_eval"] for r in rs])[0]
         row["staleness_max"] = max(r["staleness_max"] for r in rs)
         out[pol] = row
     if "sync" in out:
@@ -208,17 +284,20 @@ def summarize(runs: list[dict]) -> dict:
 def print_table(summary: dict, title: str) -> None:
     print(title)
     print(f"{'policy':8} {'seeds':>5} {'wall s':>14} {'e2e samples/s':>16} {'speedup':>8} {'bubble':>7} "
-          f"{'stale mean/max':>15} {'final reward':>16}")
+          f"{'stale mean/max':>15} {'final reward':>16} {'score start->end':>20}")
     for pol, r in summary.items():
         print(f"{pol:8} {r['seeds']:>5} {r['wall_s']:>8.1f} ±{r['wall_s_se']:<5.1f}"
               f"{r['e2e_samples_per_s']:>9.2f} ±{r['e2e_samples_per_s_se']:<5.2f}"
               f"{r.get('speedup_vs_sync', float('nan')):>7.2f}x {r['bubble_ratio']:>7.3f} "
               f"{r['staleness_mean']:>9.2f} / {r['staleness_max']:<3.0f}"
-              f"{r['final_reward']:>9.3f} ±{r['final_reward_se']:.3f}")
+              f"{r['final_reward']:>9.3f} ±{r['final_reward_se']:.3f}"
+              + (f"   {r['first_eval']:.3f} -> {r['final_eval']:.3f} ±{r['final_eval_se']:.3f}"
+                 if "final_eval" in r else ""))
 
 
 def plot(runs: list[dict], path: str, title: str) -> None:
-    """Reward (moving average over 5 steps) against trained samples and against wall time."""
+    """Top: training reward (per-step mean over the batch, 5-step moving average) against trained samples and
+    against wall time; bottom (when scored): the fixed-prompt score. Thick: mean over seeds; thin: each seed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -226,7 +305,8 @@ def plot(runs: list[dict], path: str, title: str) -> None:
     import numpy as np
 
     colors = {"sync": "tab:gray", "partial": "tab:blue", "dora": "tab:red"}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    scored = any(r.get("eval") for r in runs)
+    fig, axes = plt.subplots(2 if scored else 1, 2, figsize=(11, 7.5 if scored else 4), squeeze=False)
 
     def smooth(y: np.ndarray, w: int = 5) -> np.ndarray:
         if len(y) < w:
@@ -238,24 +318,38 @@ def plot(runs: list[dict], path: str, title: str) -> None:
     for pol in dict.fromkeys(r["policy"] for r in runs):
         rs = [r for r in runs if r["policy"] == pol]
         col = colors.get(pol)
-        n = min(len(r["curve"]) for r in rs)
-        if n == 0:
-            continue
-        samples = np.array([p["trained_samples"] for p in rs[0]["curve"][:n]])
-        ys = np.array([[p["reward"] for p in r["curve"][:n]] for r in rs])
-        ts = np.array([[p["t_s"] for p in r["curve"][:n]] for r in rs])
-        for y, t in zip(ys, ts):
-            axes[0].plot(samples, smooth(y), color=col, lw=0.6, alpha=0.35)
-            axes[1].plot(t, smooth(y), color=col, lw=0.6, alpha=0.35)
         label = f"{pol} ({len(rs)} seed{'s' if len(rs) > 1 else ''})"
-        axes[0].plot(samples, smooth(ys.mean(0)), color=col, lw=2, label=label)
-        axes[1].plot(ts.mean(0), smooth(ys.mean(0)), color=col, lw=2, label=label)
-    axes[0].set_xlabel("trained samples")
-    axes[1].set_xlabel("wall time (s)")
-    axes[0].set_ylabel("reward (per-step mean, 5-step moving average)")
-    axes[0].legend()
-    for ax in axes:
+        n = min(len(r["curve"]) for r in rs)
+        if n:
+            samples = np.array([p["trained_samples"] for p in rs[0]["curve"][:n]])
+            ys = np.array([[p["reward"] for p in r["curve"][:n]] for r in rs])
+            ts = np.array([[p["t_s"] for p in r["curve"][:n]] for r in rs])
+            for y, t in zip(ys, ts):
+                axes[0, 0].plot(samples, smooth(y), color=col, lw=0.6, alpha=0.35)
+                axes[0, 1].plot(t, smooth(y), color=col, lw=0.6, alpha=0.35)
+            axes[0, 0].plot(samples, smooth(ys.mean(0)), color=col, lw=2, label=label)
+            axes[0, 1].plot(ts.mean(0), smooth(ys.mean(0)), color=col, lw=2, label=label)
+        m = min(len(r.get("eval", [])) for r in rs)
+        if scored and m:
+            samples = np.array([p["trained_samples"] for p in rs[0]["eval"][:m]])
+            ys = np.array([[p["score"] for p in r["eval"][:m]] for r in rs])
+            ts = np.array([[p["t_s"] for p in r["eval"][:m]] for r in rs])
+            for y, t in zip(ys, ts):
+                axes[1, 0].plot(samples, y, color=col, lw=0.6, alpha=0.35)
+                axes[1, 1].plot(t, y, color=col, lw=0.6, alpha=0.35)
+            se = ys.std(0, ddof=1) / np.sqrt(len(ys)) if len(ys) > 1 else np.zeros(m)
+            axes[1, 0].errorbar(samples, ys.mean(0), yerr=se, color=col, lw=2, marker="o", ms=3, capsize=2,
+                                label=label + (" ± s.e." if len(ys) > 1 else ""))
+            axes[1, 1].plot(ts.mean(0), ys.mean(0), color=col, lw=2, marker="o", ms=3, label=label)
+    for row in axes:
+        row[0].set_xlabel("trained samples")
+        row[1].set_xlabel("wall time (s)")
+    axes[0, 0].set_ylabel("training reward\n(per-step batch mean, 5-step moving avg)")
+    if scored:
+        axes[1, 0].set_ylabel("score on fixed prompts\n(mean count reward, rollout temperature)")
+    for ax in axes.flat:
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -265,7 +359,8 @@ def plot(runs: list[dict], path: str, title: str) -> None:
     os.replace(tmp, path)
 
 
-SETTINGS = ("model", "steps", "batch_size", "group_size", "eta", "correction", "lr", "max_new_tokens", "instances",
+SETTINGS = ("model", "steps", "batch_size", "group_size", "eta", "correction", "lr", "warmup_steps", "aggregation",
+            "temperature", "eval_every", "eval_prompts", "eval_samples", "max_new_tokens", "instances",
             "backend", "local", "max_num_seqs", "trainer_threads", "warm_start_steps", "hidden_size", "layers",
             "heads", "intermediate_size", "set")
 
@@ -301,7 +396,10 @@ def result_doc(args: argparse.Namespace, argv: list[str] | None, runs: list[dict
     model = args.model or "tiny model"
     title = (f"{Path(model).name}: {args.instances} {args.backend} engines, B={args.batch_size} x "
              f"G={args.group_size}, {args.steps} steps, eta={args.eta}, correction={args.correction}, "
-             f"lr={args.lr:g}, {n_seeds} seed(s); {device_name(args)}")
+             f"lr={args.lr:g}, T={args.temperature:g}, {n_seeds} seed(s); {device_name(args)}"
+             + (f"\nscore: {args.eval_prompts} fixed prompts x {args.eval_samples} samples every "
+                f"{args.eval_every} steps"
+                if args.eval_every else ""))
     return {"device": device_name(args), "title": title,
             "commands": commands + ["python benchmarks/exec_speedup.py "
                                     + " ".join(argv if argv is not None else sys.argv[1:])],

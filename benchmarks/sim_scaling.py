@@ -8,7 +8,8 @@ of the event log (every trajectory started, regenerated ones included); traj/s =
 peak RSS = the subprocess's maximum resident set; peak before sim = the same just before simulate()
 (imports and trace loading: when both are equal the run itself stayed below it); trained and
 e2e samples/s come from the run's metrics; ref loop s = a fixed pure-Python loop timed just
-before the run (this machine's speed at that moment: shared machines vary by 2x).
+before the run (this machine's speed at that moment: shared machines vary by 2x); CPU s = this
+process's CPU time inside simulate() (wall s minus it is time the process waited for a core).
 No timing is asserted anywhere; this only measures.
 
   python benchmarks/sim_scaling.py                       # 64, 256, 1024, 4096 instances, all policies
@@ -33,9 +34,9 @@ if str(REPO) not in sys.path:
 from dora.errors import InputError, cli_errors  # noqa: E402
 from dora.sim.config import POLICY_NAMES  # noqa: E402
 
-COLUMNS = ("policy", "instances", "batch", "steps", "trajectories", "wall_s", "traj_per_s", "peak_rss_mib",
+COLUMNS = ("policy", "instances", "batch", "steps", "trajectories", "wall_s", "cpu_s", "traj_per_s", "peak_rss_mib",
            "load_rss_mib", "trained_samples", "e2e_samples_per_s", "events", "ref_loop_s")
-HEADERS = ("policy", "instances", "B x G", "steps", "trajectories", "wall s", "traj/s", "peak RSS MiB",
+HEADERS = ("policy", "instances", "B x G", "steps", "trajectories", "wall s", "CPU s", "traj/s", "peak RSS MiB",
            "peak before sim MiB", "trained", "e2e samples/s", "sim events", "ref loop s")
 
 
@@ -84,13 +85,13 @@ def run_point(spec: dict) -> dict:
     trace = load_trace(cfg.trace)
     load_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     ref = ref_loop_s()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     r = simulate(trace, cfg, spec["policy"], progress=False)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     n = int((r.events["event"].astype(str) == "dispatch").sum())
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {"policy": spec["policy"], "instances": spec["instances"], "batch": f"{spec['batch']} x {trace.group_size}",
-            "steps": spec["steps"], "trajectories": n, "wall_s": wall, "traj_per_s": n / wall if wall > 0 else 0.0,
+            "steps": spec["steps"], "trajectories": n, "wall_s": wall, "cpu_s": cpu, "traj_per_s": n / wall if wall > 0 else 0.0,
             "peak_rss_mib": rss_kib / 1024, "load_rss_mib": load_kib / 1024,
             "trained_samples": r.metrics["trained_samples"],
             "e2e_samples_per_s": r.metrics["e2e_samples_per_s"], "events": r.metrics["events"], "ref_loop_s": ref}
@@ -105,7 +106,7 @@ def spawn(spec: dict) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-    fmt = {"wall_s": "{:.2f}", "traj_per_s": "{:,.0f}", "peak_rss_mib": "{:,.0f}", "load_rss_mib": "{:,.0f}",
+    fmt = {"wall_s": "{:.2f}", "cpu_s": "{:.2f}", "traj_per_s": "{:,.0f}", "peak_rss_mib": "{:,.0f}", "load_rss_mib": "{:,.0f}",
            "trajectories": "{:,}",
            "trained_samples": "{:,}", "e2e_samples_per_s": "{:.2f}", "events": "{:,}", "ref_loop_s": "{:.2f}"}
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]

@@ -23,12 +23,12 @@ Event names and what their columns mean:
 | preempt     | KV overflow, re-prefill later   | tokens to re-prefill        |                               |
 | load_start  | instance starts loading version |                             |                               |
 | load_end    | version ready on the instance   |                             | dur_s = load time             |
-| load_fail   | a load failed, retried (sim)    |                             | dur_s = the lost load time    |
+| load_fail   | a load failed, retried          |                             | dur_s = the lost load time    |
 | train       | trajectory consumed by trainer  | response tokens             |                               |
 | train_start | trainer step starts             | trained tokens (all)        |                               |
 | train_end   | trainer step compute ends       | trained tokens (all)        | busy_s = compute device-s     |
 | publish     | version available to rollout    |                             | dur_s = publish time          |
-| trainer_restart | trainer crashed (sim); detail: train/publish/idle | | dur_s = restart time     |
+| trainer_restart | trainer crashed, resumed; detail says where | | dur_s = restart time     |
 | fail        | instance failed                 |                             |                               |
 | recover     | instance back                   |                             |                               |
 | leftover    | group in flight at end of run   | group size                  |                               |

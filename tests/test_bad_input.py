@@ -214,6 +214,13 @@ ROWS: list[Row] = [
     _r(EXEC, "--dataset parquet without prompt/answer", "prompt", *M, "--dataset", "IN/wrong_schema.parquet"),
     _r(EXEC, "--out names a file", "is a file", "--model", "IN/model", "--out", "IN/text.parquet"),
     _r(EXEC, "--json names a directory", "directory", "--model", "IN/model", "--json", "OUT"),
+    _r(EXEC, "--set faults.kill_instance=5", "does not exist", *M, "--set", "faults.kill_instance_at_step=1",
+       "--set", "faults.kill_instance=5"),
+    _r(EXEC, "--set faults.kill_trainer_at_step=2 without checkpoint_every", "checkpoint_every", *M,
+       "--set", "faults.kill_trainer_at_step=2"),
+    _r(EXEC, "--set faults.load_fail_at=[[0]]", "load_fail_at[0]", *M, "--set", "faults.load_fail_at=[[0]]"),
+    _r(EXEC, "--set faults.kill_everything=1", "unknown key", *M, "--set", "faults.kill_everything=1"),
+    _r(EXEC, "--set checkpoint_every=-1", "checkpoint_every", *M, "--set", "checkpoint_every=-1"),
 ]
 
 

@@ -47,6 +47,10 @@ def test_summary_speedup_and_staleness(bench):
     assert s["dora"]["speedup_vs_sync"] == pytest.approx(2.0)
     assert s["dora"]["staleness_max"] == 2
     assert s["dora"]["seeds"] == 2
+    assert "final_eval" not in s["dora"]  # no scores: no score column
+    scored = [dict(run("sync", k, 2.0, 0.5, 0), first_eval=0.4, final_eval=0.5 + 0.2 * k) for k in range(2)]
+    assert bench.summarize(scored)["sync"]["final_eval"] == pytest.approx(0.6)
+    assert bench.summarize(scored)["sync"]["final_eval_se"] == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -98,4 +102,6 @@ def test_quick_run_writes_json_and_plot(tmp_path):
         assert r["c1_violations"] == 0 and r["c3_violations"] == 0
         assert 0.0 <= r["final_reward"] <= 1.0
         assert len(r["curve"]) == 2
+        assert [e["step"] for e in r["eval"]] == [0, 1, 2]  # the starting model, then every version
+        assert 0.0 <= r["final_eval"] <= 1.0 and 0.0 <= r["curve"][0]["zero_var_groups"] <= 1.0
     assert png.stat().st_size > 10_000

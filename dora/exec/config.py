@@ -16,6 +16,7 @@ class LossConfig:
     is_cap: float = 2.0              # C: truncation cap of pi_prox / pi_behav
     adv_eps: float = 1e-6            # std epsilon of the GRPO advantages
     scale_adv_by_std: bool = True    # False: advantages are reward - group mean
+    aggregation: Literal["token_mean", "seq_mean_token_mean"] = "token_mean"  # see dora.exec.losses
 
     def validate(self) -> None:
         if not (0 <= self.clip_low < 1):
@@ -26,6 +27,8 @@ class LossConfig:
             raise InputError(f"is_cap: must be > 0, got {self.is_cap}")
         if self.adv_eps <= 0:
             raise InputError(f"adv_eps: must be > 0, got {self.adv_eps}")
+        if self.aggregation not in ("token_mean", "seq_mean_token_mean"):
+            raise InputError(f"aggregation: {self.aggregation!r} is not one of 'token_mean', 'seq_mean_token_mean'")
 
 
 @dataclass
@@ -44,6 +47,8 @@ class TrainerConfig:
     gradient_checkpointing: bool = False  # recompute activations (large models on GPU)
     seed: int = 0
     threads: int = 0                 # torch CPU threads (0: torch's default); 1 when engines share the cores
+    snapshot_every: int = 0          # save the weights of every k-th version to snapshot_dir/v{k} (0: never)
+    snapshot_dir: str = ""           # for evaluation after the run (benchmarks/exec_speedup.py)
 
     def validate(self) -> None:
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
@@ -64,6 +69,10 @@ class TrainerConfig:
             raise InputError(f"minibatches and ppo_epochs: must be >= 1, got {self.minibatches}, {self.ppo_epochs}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise InputError(f"device: {self.device!r} is not one of 'auto', 'cpu', 'cuda'")
+        if self.snapshot_every < 0:
+            raise InputError(f"snapshot_every: must be >= 0, got {self.snapshot_every}")
+        if self.snapshot_every and not self.snapshot_dir:
+            raise InputError("snapshot_every > 0 needs snapshot_dir: a directory for the weight snapshots")
 
 
 @dataclass

@@ -4,26 +4,57 @@ For machines without Ray (the executor's `runtime: local`): each actor gets its 
 thread (calls to one actor run in order, as on a Ray actor with one thread), `.remote()`
 returns a Future, and `get`/`wait`/`put`/`kill` behave as Ray's do for them. The engines
 already run their generation in threads of their own; the trainer runs in its actor thread.
+
+`kill(actor)` makes the actor dead as Ray's does: its calls still pending and every later one
+fail with ActorDiedError (Ray: RayActorError), and the object's `close()` (if any) runs, so an
+engine stops generating. A call already running on the actor's thread cannot be stopped; its
+result is dropped.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 import time
 from typing import Any
 
 
+class ActorDiedError(RuntimeError):
+    """A call on a killed local actor (Ray raises RayActorError)."""
+
+
 class _Method:
-    def __init__(self, pool: cf.ThreadPoolExecutor, fn):
-        self._pool, self._fn = pool, fn
+    def __init__(self, actor: "LocalActor", fn):
+        self._actor, self._fn = actor, fn
 
     def remote(self, *args: Any, **kwargs: Any) -> cf.Future:
-        def run() -> Any:  # Futures among the arguments are resolved first, as Ray does with ObjectRefs
-            a = [x.result() if isinstance(x, cf.Future) else x for x in args]
-            kw = {k: v.result() if isinstance(v, cf.Future) else v for k, v in kwargs.items()}
-            return self._fn(*a, **kw)
+        actor = self._actor
+        out: cf.Future = cf.Future()
+        out.set_running_or_notify_cancel()
+        if actor._dead:
+            out.set_exception(ActorDiedError(f"actor {actor._name} was killed"))
+            return out
 
-        return self._pool.submit(run)
+        def run() -> None:  # Futures among the arguments are resolved first, as Ray does with ObjectRefs
+            try:
+                a = [x.result() if isinstance(x, cf.Future) else x for x in args]
+                kw = {k: v.result() if isinstance(v, cf.Future) else v for k, v in kwargs.items()}
+                res, err = self._fn(*a, **kw), None
+            except BaseException as e:  # noqa: BLE001 - handed to the caller, as Ray does
+                res, err = None, e
+            with actor._guard:
+                actor._pending.discard(out)
+                if out.done():
+                    return  # the actor was killed meanwhile: the caller already got ActorDiedError
+                if err is not None:
+                    out.set_exception(err)
+                else:
+                    out.set_result(res)
+
+        with actor._guard:
+            actor._pending.add(out)
+        actor._pool.submit(run)
+        return out
 
 
 class LocalActor:
@@ -32,6 +63,10 @@ class LocalActor:
     def __init__(self, cls, *args: Any, threads: int = 1, **kwargs: Any):
         self._pool = cf.ThreadPoolExecutor(max_workers=threads)
         self._obj = self._pool.submit(cls, *args, **kwargs)
+        self._name = cls.__name__
+        self._dead = False
+        self._guard = threading.Lock()
+        self._pending: set[cf.Future] = set()
 
     def __getattr__(self, name: str) -> _Method:
         if name.startswith("_"):
@@ -41,7 +76,7 @@ class LocalActor:
         def call(*args: Any, **kwargs: Any) -> Any:
             return getattr(obj.result(), name)(*args, **kwargs)
 
-        return _Method(self._pool, call)
+        return _Method(self, call)
 
     def wait_built(self) -> "LocalActor":
         self._obj.result()
@@ -49,6 +84,28 @@ class LocalActor:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
+
+    def die(self) -> None:
+        """Killed: pending and later calls fail with ActorDiedError; the object is closed."""
+        with self._guard:
+            if self._dead:
+                return
+            self._dead = True
+            pending, self._pending = list(self._pending), set()
+            for f in pending:
+                if not f.done():
+                    f.set_exception(ActorDiedError(f"actor {self._name} was killed"))
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+        def close() -> None:
+            try:
+                close_fn = getattr(self._obj.result(), "close", None)
+                if close_fn is not None:
+                    close_fn()
+            except BaseException:  # noqa: BLE001 - a dead actor's clean-up has no caller to report to
+                pass
+
+        threading.Thread(target=close, name=f"kill-{self._name}", daemon=True).start()
 
 
 class LocalRuntime:
@@ -75,4 +132,10 @@ class LocalRuntime:
 
     @staticmethod
     def kill(actor: LocalActor) -> None:
-        actor.shutdown()
+        if actor._dead:
+            return
+        with actor._guard:
+            idle = not actor._pending
+        if idle:  # the orchestrator's clean-up at the end of a run: let queued work finish
+            actor.shutdown()
+        actor.die()

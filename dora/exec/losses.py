@@ -54,6 +54,14 @@ def token_mean(x: torch.Tensor, mask: torch.Tensor, denom: float | None = None) 
     return masked_sum(x, mask) / max(float(n), 1.0)
 
 
+def sequence_token_weights(lengths: list[int], device=None) -> torch.Tensor:
+    """Per-token weights 1 / (length of its response), responses concatenated. Summed over tokens
+    and divided by the number of responses this gives the sequence-mean-token-mean aggregation:
+    every response counts once whatever its length (original GRPO), so the many tokens of long
+    wrong answers do not outweigh short right ones."""
+    return torch.cat([torch.full((n,), 1.0 / n, device=device) for n in lengths])
+
+
 def truncated_is_weight(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, cap: float) -> torch.Tensor:
     """TIS: min(pi_trainer / pi_engine, cap), no gradient."""
     return torch.exp(trainer_logp - engine_logp).detach().clamp(max=cap)
@@ -78,11 +86,14 @@ def kl_k3(logp_q: torch.Tensor, logp_p: torch.Tensor) -> torch.Tensor:
 def ppo_loss(logp: torch.Tensor, prox: torch.Tensor, behav: torch.Tensor, adv: torch.Tensor,
              mask: torch.Tensor, *, clip_low: float = 0.2, clip_high: float = 0.2,
              correction: Correction = "tis", is_cap: float = 2.0,
-             denom: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+             denom: float | None = None,
+             token_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Decoupled PPO loss (token mean over `denom` tokens) and summable statistics.
 
-    Returns (loss, sums): sums are plain floats that add across micro-batches; turn them into
-    rates with `summarize`.
+    token_weight (optional, per token) scales each token's term before the sum: with 1 / (its
+    response's length) and denom = number of responses it is GRPO's sequence mean of token means
+    (see `sequence_token_weights`). Returns (loss, sums): sums are plain floats that add across
+    micro-batches; turn them into rates with `summarize`.
     """
     if correction not in CORRECTIONS:
         raise ValueError(f"correction {correction!r} is not one of {CORRECTIONS}")
@@ -101,7 +112,8 @@ def ppo_loss(logp: torch.Tensor, prox: torch.Tensor, behav: torch.Tensor, adv: t
             train_mask = valid * (raw_w <= is_cap).float()
             weight = raw_w
     per_token = clipped_surrogate(ratio, adv, clip_low, clip_high) * weight
-    loss = token_mean(per_token, train_mask, denom)
+    scaled = per_token if token_weight is None else per_token * token_weight.detach()
+    loss = token_mean(scaled, train_mask, denom)
     with torch.no_grad():
         v, t = valid.bool(), train_mask.bool()
         w_on = raw_w[v] if correction == "off" else weight[t]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from dora.errors import InputError
 from dora.exec.config import TaskConfig, TrainerConfig
+from dora.exec.faults import FaultConfig
 from dora.sched.config import POLICY_NAMES, PolicyConfig, SyncConfig, check_run  # noqa: F401
 
 
@@ -66,6 +67,8 @@ class ExecConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     policy: PolicyConfig = field(default_factory=_exec_policy)
+    checkpoint_every: int = 0  # trainer checkpoint (+ data-consumption state) every N steps; 0: at the end only
+    faults: FaultConfig = field(default_factory=FaultConfig)
 
     def validate(self) -> None:
         if not self.model:
@@ -88,6 +91,9 @@ class ExecConfig:
         if self.policy.sync.colocated:
             raise InputError("policy.sync.colocated: the executor runs engines and trainer as separate processes; "
                              "set it to false")
+        if self.checkpoint_every < 0:
+            raise InputError(f"checkpoint_every: must be >= 0 steps (0: at the end only), got {self.checkpoint_every}")
+        self.faults.check_run(self.rollout.instances, self.steps, self.checkpoint_every, self.rollout.weight_sync)
 
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")

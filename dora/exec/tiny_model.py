@@ -153,5 +153,32 @@ def evaluate_count_task(model_dir: str | Path, prompts: int, *, group_size: int 
             "task_answer_len_max": task["max"], "eval_s": round(time.perf_counter() - t0, 1)}
 
 
+HELDOUT_SEED = 424_242  # count-task prompts for evaluation: a stream apart from RL (0) and warm-start (1_000_003)
+
+
+def eval_score(model_dir: str | Path, *, prompts: int = 64, samples: int = 4, seed: int = HELDOUT_SEED,
+               params=None, max_new_tokens: int = 320, temperature: float = 1.0, tokenizer=None) -> dict:
+    """Mean count reward of a checkpoint on `prompts` fixed count-task prompts (seed `seed`), `samples`
+    answers each at `temperature` with a fixed sampling seed: the same prompts and random stream for
+    every checkpoint, so two checkpoints differ by their weights only. With max_low = 0 the task has
+    few distinct prompts, so these prompts also occur in training: a fixed-prompt score, not held out."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from dora.exec.logprobs import load_model
+    from dora.exec.rewards import count_reward
+    from dora.exec.tasks import CountTaskParams, count_task, tokenize_prompts
+    from dora.exec.trainer import hf_rollout
+
+    tok = tokenizer or AutoTokenizer.from_pretrained(str(model_dir))
+    model = load_model(model_dir)
+    ex = count_task(prompts, seed=seed, params=params or CountTaskParams())
+    res = hf_rollout(model, tok, tokenize_prompts(tok, ex), [e.prompt_id for e in ex], group_size=samples,
+                     max_new_tokens=max_new_tokens, seed=seed, batch_size=128, temperature=temperature)
+    rewards = np.array([count_reward(text, ex[t.group_id].answer) for t, text in res])
+    return {"score": float(rewards.mean()), "exact": float((rewards == 1.0).mean()),
+            "len_mean": float(np.mean([len(t.response_ids) for t, _ in res]))}
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

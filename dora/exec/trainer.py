@@ -29,7 +29,7 @@ import torch
 from dora.errors import InputError
 from dora.exec.config import TrainerConfig
 from dora.exec.logprobs import forward_logprobs, sequence_logprobs, token_budget_batches
-from dora.exec.losses import add_sums, grpo_advantages, ppo_loss, summarize
+from dora.exec.losses import add_sums, grpo_advantages, ppo_loss, sequence_token_weights, summarize
 
 
 @dataclass
@@ -57,6 +57,15 @@ def _validate_batch(batch: list[Trajectory]) -> None:
                              f"logprobs for {len(t.response_ids)} response tokens")
         if not math.isfinite(t.reward):
             raise ValueError(f"trajectory {i} (id {t.trajectory_id}): reward {t.reward} is not finite")
+
+
+def zero_variance_fraction(batch: list[Trajectory]) -> float:
+    """Fraction of GRPO groups (of >= 2 samples) whose rewards are all equal: their advantages are 0."""
+    groups: dict[int, list[float]] = {}
+    for t in batch:
+        groups.setdefault(t.group_id, []).append(t.reward)
+    sized = [r for r in groups.values() if len(r) > 1]
+    return sum(max(r) - min(r) < 1e-12 for r in sized) / len(sized) if sized else 0.0
 
 
 def _dist_world() -> tuple[int, int]:
@@ -184,7 +193,9 @@ class Trainer:
         micro-batches of <= micro_batch_tokens; the loss is a token mean over all of them."""
         lc = self.cfg.loss
         op = torch.distributed.ReduceOp
-        tokens = self._sync_count(sum(len(mine[i].response_ids) for i in items), op.SUM if self.fsdp else None)
+        seq_mean = lc.aggregation == "seq_mean_token_mean"
+        count = len(items) if seq_mean else sum(len(mine[i].response_ids) for i in items)
+        tokens = self._sync_count(count, op.SUM if self.fsdp else None)  # the loss's denominator
         micro = [[items[j] for j in m] for m in self._micro_batches([mine[i] for i in items])]
         n_micro = self._sync_count(len(micro), op.MAX if self.fsdp else None)
         sums: dict[str, float] = {}
@@ -198,7 +209,9 @@ class Trainer:
             adv_flat = torch.cat([adv[i].expand(len(mine[i].response_ids)) for i in mb]).to(self.device)
             loss, s = ppo_loss(logp_flat, torch.cat([prox[i] for i in mb]), torch.cat([behav[i] for i in mb]),
                                adv_flat, torch.ones_like(logp_flat), clip_low=lc.clip_low, clip_high=lc.clip_high,
-                               correction=lc.correction, is_cap=lc.is_cap, denom=tokens)
+                               correction=lc.correction, is_cap=lc.is_cap, denom=tokens,
+                               token_weight=sequence_token_weights([len(mine[i].response_ids) for i in mb],
+                                                                   self.device) if seq_mean else None)
             if self.fsdp:
                 loss = loss * self.world  # FSDP averages gradients over ranks; the loss is a global token mean
             if dummy:
@@ -246,12 +259,15 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
         self.steps += 1
+        if self.cfg.snapshot_every and self.version % self.cfg.snapshot_every == 0:
+            self.save_weights(Path(self.cfg.snapshot_dir) / f"v{self.version}")
         stats = summarize(sums)
         n_resp = sum(len(t.response_ids) for t in batch)
         stats.update(
             version=float(self.version), trajectories=float(len(batch)),
             reward_mean=float(rewards.mean()), reward_std=float(rewards.std()) if len(batch) > 1 else 0.0,
-            adv_abs_mean=float(adv.abs().mean()), grad_norm=max(grad_norms), micro_batches=float(micro_count),
+            adv_abs_mean=float(adv.abs().mean()), zero_var_groups=zero_variance_fraction(batch),
+            grad_norm=max(grad_norms), micro_batches=float(micro_count),
             response_tokens=float(n_resp), response_len_mean=n_resp / len(batch),
             staleness_mean=record.mean, staleness_max=float(record.max), lr=lr,
             step_time_s=time.perf_counter() - t0)
@@ -329,8 +345,11 @@ class Trainer:
         os.replace(tmp, out)
         return out
 
-    def save_checkpoint(self, out_dir: str | Path) -> Path:
-        """Model weights (as save_weights) + optimizer state + version/steps/staleness, for resume."""
+    def save_checkpoint(self, out_dir: str | Path, data_state: dict | None = None) -> Path:
+        """Model weights (as save_weights) + optimizer state + version/steps/staleness, for resume;
+        `data_state` (the driver's data-consumption state at this version) goes in the same
+        directory. Written to a temporary directory and renamed over the previous checkpoint,
+        which stays readable until then (`latest_checkpoint` finds whichever is complete)."""
         out = Path(out_dir)
         tmp = out.with_name(f".{out.name}.ckpt-tmp-{os.getpid()}")
         if self.rank == 0:
@@ -341,12 +360,20 @@ class Trainer:
         if self.rank != 0:
             return out
         torch.save(optim, tmp / "optimizer.pt")
+        if data_state is not None:
+            if data_state.get("version", self.version) != self.version:
+                raise ValueError(f"save_checkpoint: data state of version {data_state.get('version')} for trainer "
+                                 f"version {self.version}")
+            (tmp / "data_state.json").write_text(json.dumps(data_state, indent=1) + "\n")
         state = {"version": self.version, "steps": self.steps, "model_path": self.model_path,
                  "staleness": [asdict(r) for r in self.staleness], "config": asdict(self.cfg)}
-        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1) + "\n")
+        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1) + "\n")  # last: marks it complete
+        old = _previous_dir(out)
+        shutil.rmtree(old, ignore_errors=True)
         if out.exists():
-            shutil.rmtree(out)
+            os.replace(out, old)
         os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
         return out
 
     def _optimizer_state(self) -> dict:
@@ -390,6 +417,26 @@ class Trainer:
         self.staleness = [StalenessRecord(r["trainer_version"], r["count"], r["mean"], r["max"],
                                           {int(k): v for k, v in r["histogram"].items()})
                           for r in state["staleness"]]
+
+
+def _previous_dir(out: Path) -> Path:
+    return out.with_name(f".{out.name}.previous")
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    """The complete checkpoint written by save_checkpoint(out_dir): the directory itself, or the
+    previous one when a save was cut between its two renames; None if there is none."""
+    out = Path(out_dir)
+    for d in (out, _previous_dir(out)):
+        if (d / "trainer_state.json").is_file():
+            return d
+    return None
+
+
+def read_data_state(ckpt_dir: str | Path) -> dict:
+    """The data-consumption state saved with a checkpoint ({} when it was saved without one)."""
+    p = Path(ckpt_dir) / "data_state.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
 
 
 # --- sampling with transformers (tests, measurements, warm-start evaluation) ------------------

@@ -180,3 +180,19 @@ def test_correction_off_does_not_use_the_proximal_logprobs():
     l_tis = [ppo_loss(torch.tensor([LN(0.55), LN(0.19), LN(0.95)]), prox, behav, adv, torch.ones(3),
                       correction="tis")[0].item() for prox in (torch.zeros(3), torch.tensor([LN(3.0), LN(0.1), 0.0]))]
     assert l_tis[0] != pytest.approx(l_tis[1])
+
+
+def test_sequence_mean_aggregation_weighs_each_response_once():
+    # responses of 1 and 3 tokens, per-token loss -A (r = w = 1): A = +1 (short), -1 (long)
+    # token mean: (-1 + 3 * 1) / 4 = 0.5; sequence mean of token means: (-1 + 1) / 2 = 0
+    from dora.exec.losses import sequence_token_weights
+
+    w = sequence_token_weights([1, 3])
+    assert w.tolist() == pytest.approx([1.0, 1 / 3, 1 / 3, 1 / 3])
+    z = torch.zeros(4)
+    adv = torch.tensor([1.0, -1.0, -1.0, -1.0])
+    tok, _ = ppo_loss(z, z, z, adv, torch.ones(4), correction="tis")
+    seq, sums = ppo_loss(z, z, z, adv, torch.ones(4), correction="tis", token_weight=w, denom=2)
+    assert tok.item() == pytest.approx(0.5)
+    assert seq.item() == pytest.approx(0.0, abs=1e-6)
+    assert summarize(sums)["tokens"] == 4  # statistics stay per token

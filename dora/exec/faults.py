@@ -1,0 +1,106 @@
+"""Faults in the real executor: what to inject (for tests and demos) and how to recover.
+
+- A rollout actor killed (`kill_instance_at_step`): once the trainer has published that
+  version and instance `kill_instance` holds live trajectories, the driver kills its actor
+  (`ray.kill`, or LocalRuntime.kill). The driver notices the death the way it would notice a
+  real crash (the next call raises RayActorError / ActorDiedError): a `fail` row, a `lost`
+  row per live trajectory, InstanceFailed and TrajectoryLost to the policy (as in the
+  simulator), which regenerates the lost groups. With `restart_instances` a replacement
+  actor starts, loads the newest published weights, and comes back (`recover` row,
+  InstanceRecovered).
+- The trainer killed during a step (`kill_trainer_at_step`: the step that would publish that
+  version): a new trainer actor loads the last checkpoint (written every `checkpoint_every`
+  steps with the driver's data-consumption state), re-trains the batches consumed since that
+  checkpoint in order, then redoes the cut step on the same batch (`trainer_restart` row).
+  Every group is trained exactly once in the surviving model's history.
+- A weight load that fails (`load_fail_at`: [instance, version] pairs; each makes the next
+  load attempt on that instance of that version or a later one fail: the driver sends it a
+  copy of the weights whose last tensor is cut short, so the real engine fails part-way
+  through the load): a `load_fail` row and a retry with the intact weights, up to
+  `load_retries` times per (instance, version), after which the instance is retired (killed,
+  as a failure). The engine serves nothing between a failed load and a successful one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dora.errors import InputError
+
+
+@dataclass
+class FaultConfig:
+    kill_instance_at_step: int = -1  # kill a rollout actor once this version is published (-1: never)
+    kill_instance: int = 0  # which rollout instance
+    restart_instances: bool = False  # start a replacement actor for a dead instance
+    kill_trainer_at_step: int = -1  # kill the trainer during the step that publishes this version (-1: never)
+    load_fail_at: list[list[int]] = field(default_factory=list)  # [[instance, version], ...]: a load >= version fails
+    load_retries: int = 2  # failed loads retried per (instance, version) before the instance is retired
+
+    def validate(self) -> None:
+        if self.kill_instance_at_step < -1:
+            raise InputError(f"kill_instance_at_step: must be -1 (never) or a version >= 0, "
+                             f"got {self.kill_instance_at_step}")
+        if self.kill_instance < 0:
+            raise InputError(f"kill_instance: must be an instance id >= 0, got {self.kill_instance}")
+        if self.kill_trainer_at_step == 0 or self.kill_trainer_at_step < -1:
+            raise InputError(f"kill_trainer_at_step: must be -1 (never) or a step >= 1, "
+                             f"got {self.kill_trainer_at_step}")
+        for k, item in enumerate(self.load_fail_at):
+            if len(item) != 2 or item[0] < 0 or item[1] < 1:
+                raise InputError(f"load_fail_at[{k}]: expected [instance >= 0, version >= 1], got {item!r}")
+        if self.load_retries < 0:
+            raise InputError(f"load_retries: must be >= 0, got {self.load_retries}")
+
+    def check_run(self, instances: int, steps: int, checkpoint_every: int, weight_sync: str) -> None:
+        """Checks that need the rest of the run's configuration."""
+        if self.kill_instance_at_step >= 0:
+            if self.kill_instance >= instances:
+                raise InputError(f"faults.kill_instance: {self.kill_instance} does not exist (rollout.instances is "
+                                 f"{instances}: ids 0..{instances - 1})")
+            if self.kill_instance_at_step >= steps:
+                raise InputError(f"faults.kill_instance_at_step: {self.kill_instance_at_step} is never reached in a "
+                                 f"run of {steps} steps; use 0..{steps - 1}")
+            if instances < 2 and not self.restart_instances:
+                raise InputError("faults.kill_instance_at_step: killing the only rollout instance leaves none; use "
+                                 "rollout.instances >= 2 or faults.restart_instances=true")
+        if self.kill_trainer_at_step > steps:
+            raise InputError(f"faults.kill_trainer_at_step: {self.kill_trainer_at_step} is never reached in a run "
+                             f"of {steps} steps; use 1..{steps}")
+        if self.kill_trainer_at_step > 0 and checkpoint_every < 1:
+            raise InputError("faults.kill_trainer_at_step: the trainer resumes from its last checkpoint; set "
+                             "checkpoint_every >= 1")
+        for k, (inst, version) in enumerate(self.load_fail_at):
+            if inst >= instances:
+                raise InputError(f"faults.load_fail_at[{k}]: instance {inst} does not exist (rollout.instances is "
+                                 f"{instances})")
+            if version > steps:
+                raise InputError(f"faults.load_fail_at[{k}]: version {version} is never published in a run of "
+                                 f"{steps} steps")
+        if self.load_fail_at and weight_sync != "tensors":
+            raise InputError("faults.load_fail_at: injected load failures need rollout.weight_sync=tensors")
+
+    def active(self) -> bool:
+        return self.kill_instance_at_step >= 0 or self.kill_trainer_at_step > 0 or bool(self.load_fail_at)
+
+
+def actor_errors(runtime) -> tuple[type[BaseException], ...]:
+    """The exception types a call on a dead actor raises under this runtime (Ray or local)."""
+    from dora.exec.local_runtime import ActorDiedError
+
+    out: list[type[BaseException]] = [ActorDiedError]
+    try:
+        from ray.exceptions import RayActorError
+
+        out.append(RayActorError)
+    except ImportError:
+        pass
+    return tuple(out)
+
+
+def cut_last_tensor(weights: dict) -> dict:
+    """A copy of named tensors whose last tensor lost its last element (a transfer cut short)."""
+    out = dict(weights)
+    name = list(out)[-1]
+    out[name] = out[name].reshape(-1)[:-1].clone()
+    return out
