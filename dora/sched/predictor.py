@@ -30,11 +30,16 @@ class LengthPredictor:
         self.global_rate = 0.0
 
     def observe(self, prompt_id: int, tokens: int, instance: int, elapsed_s: float) -> None:
-        self._ring[self._count % self.window] = tokens
-        self._count += 1
-        self.mates.setdefault(prompt_id, []).append(tokens)
+        c = self._count
+        self._ring[c % self.window] = tokens
+        self._count = c + 1
+        m = self.mates.get(prompt_id)
+        if m is None:
+            self.mates[prompt_id] = [tokens]
+        else:
+            m.append(tokens)
         self._since += 1
-        if self._since >= self.resort_every or len(self._sorted) < 64:
+        if self._since >= self.resort_every or c < 64:  # (len(_sorted) < 64 exactly while c < 64)
             self._resort()
         if elapsed_s > 0:
             r = tokens / elapsed_s

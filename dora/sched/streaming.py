@@ -127,11 +127,13 @@ class StreamingPolicy(Policy):
             self._dirty.clear()
         heap, pool = self._heap, self.pool
         cost = self.pick_cost(g)
+        step = self.pick_step
+        heappop, heappush = heapq.heappop, heapq.heappush
         picks: list[InstView] = []
         taken: dict[int, int] = {}
         back = []
         while len(picks) < g.size:
-            key, iid, stamp = heapq.heappop(heap)
+            key, iid, stamp = heappop(heap)
             inst = pool.get(iid)
             if inst is None or inst.stamp != stamp:
                 continue  # stale entry
@@ -141,7 +143,7 @@ class StreamingPolicy(Policy):
                 continue
             picks.append(inst)
             taken[iid] = k + 1
-            heapq.heappush(heap, (key + self.pick_step(inst, cost), iid, stamp))
+            heappush(heap, (key + step(inst, cost), iid, stamp))
         for e in back:
             heapq.heappush(heap, e)
         return picks
