@@ -75,6 +75,9 @@ class Dataset:
             out.append(E.GroupSpec(pid, self.G, int(self.prompt_len[k])))
         return out
 
+    def row(self, prompt_id: int, sample_idx: int) -> int:
+        return self.index[prompt_id] * self.G + sample_idx
+
 
 @dataclass
 class ClusterSpec:
@@ -134,10 +137,10 @@ class Cluster:
         self.instances: list[Instance] = []
         for i in range(spec.instances):
             inst = Instance(i, spec.max_seqs, spec.kv_tokens, spec.devices_per_instance, cost,
-                            float(spec.slowdowns[i]), self.log, self._scheduler_for(i), self._on_finish,
+                            float(spec.slowdowns[i]), self.log, self._scheduler_for(i),
+                            self._boundary_scheduler_for(i), self._on_finish,
                             self._on_stopped, reference=reference, load_fails=load_fails)
             inst.versions = {0}
-            inst.schedule_boundary = self._boundary_scheduler_for(i)
             inst.on_loaded = self._on_loaded
             inst.on_staged = self._on_staged
             self.instances.append(inst)
@@ -345,7 +348,7 @@ class Cluster:
             raise RuntimeError(f"policy bug: dispatch of version {a.version} to instance {a.instance} "
                                f"holding {sorted(inst.versions)}")
         traj, pid, version = a.traj, a.prompt_id, a.version
-        row = self.data.index[pid] * self.data.G + a.sample_idx
+        row = self.data.row(pid, a.sample_idx)
         plen = self._plens[row]
         rlen = self._rlens[row]
         s = Seq(traj, pid, version, rlen, plen, plen, now, True)
@@ -427,9 +430,7 @@ class Cluster:
                    now - s.t_start, s.busy, s.prefill_s))
         del self.seqs[traj]
         self.where.pop(traj, None)
-        self.events += 1
-        for a in self.policy.handle(E.TrajectoryFinished(traj, inst.id, self.rlen[traj]), now):
-            self.apply(a)
+        self.deliver(E.TrajectoryFinished(traj, inst.id, self.rlen[traj]))
 
     def _on_stopped(self, s: Seq, inst: Instance) -> None:
         now = self.env.now

@@ -69,6 +69,7 @@ class Instance:
 
     def __init__(self, iid: int, max_seqs: int, kv_tokens: int, devices: int, cost: CostModel, slowdown: float,
                  log: "EventLog", schedule: Callable[[float, int, Callable[[object], None]], None],
+                 schedule_boundary: Callable[[float, tuple, int], None],
                  on_finish: Callable[[Seq, "Instance", float], None], on_stopped: Callable[[Seq, "Instance"], None],
                  reference: bool = False, load_fails: Callable[[], bool] | None = None):
         self.id = iid
@@ -117,8 +118,8 @@ class Instance:
         self.on_staged: Callable[[Instance, int], None] | None = None
         self.f_next = 0.0  # slowdown from the next run on (0: unchanged)
         # schedule_boundary(t, callbacks, tok): an event at t carrying `tok` whose callbacks are
-        # `callbacks` (this instance's `_boundary_cbs`), ordered as kind 0; set by the cluster
-        self.schedule_boundary: Callable[[float, tuple, int], None] | None = None
+        # `callbacks` (this instance's `_boundary_cbs`), ordered as kind 0
+        self.schedule_boundary = schedule_boundary
         self._boundary_cbs = (self._boundary,)
 
     # ---- closed form -------------------------------------------------------------------------
