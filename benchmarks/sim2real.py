@@ -14,13 +14,16 @@ slots, one trainer device, B, eta, steps; sync disaggregated; dora's migrations 
 executor's do), then `python -m dora.sim compare R1/ev.<policy>.parquet S2R/sim.<policy>.parquet`.
 Prints each command it runs and the table of relative errors, with a host-speed probe (median engine
 step time with <= 2 running sequences, calibration vs fresh run: on a shared machine the same step
-takes longer while other jobs run); writes S2R/sim2real.json.
+takes longer while other jobs run); writes S2R/sim2real.json and copies each fresh real event log to
+S2R/real.<policy>.parquet next to its replay S2R/sim.<policy>.parquet (notebooks/d_sim_vs_real.ipynb
+reads that folder).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -40,6 +43,10 @@ def small_batch_step_s(profile_paths: list[str]) -> float:
         d = read_profile(p)["decode_steps"]
         dts += [dt for dt, r in zip(d["dt_s"], d["running"]) if dt > 0 and 0 < r <= 2]
     return float(np.median(dts)) if dts else float("nan")
+
+
+def _pct(e: float | None) -> str:
+    return "n/a" if e is None else f"{e:+.1%}"
 
 
 def replay_args(run: dict, trace: Path, cost: Path, policy: str, events: Path) -> list[str]:
@@ -63,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calib-profile", action="append", metavar="PROFILE",
                     help="calibrate every policy on these profiles instead (e.g. --calib-profile R1/sync/profile.json "
                          "for an in-sample check of the model's structure, which is not a prediction)")
+    ap.add_argument("--plot", metavar="OUT.png", help="bars of real vs simulated step time and throughput")
     ap.add_argument("--host-adjust", action="store_true",
                     help="diagnosis, not a prediction: scale the decode/prefill terms by the host probe's "
                          "fresh/calibration ratio (a number measured on the fresh run)")
@@ -110,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m dora.sim compare {fresh / f'ev.{p}.parquet'} {sim_ev}", flush=True)
         rows[p] = compare_files(fresh / f"ev.{p}.parquet", sim_ev)
         rows[p]["host_probe_s"] = probe
+        shutil.copyfile(fresh / f"ev.{p}.parquet", out / f"real.{p}.parquet")  # the folder is self-contained
+        rows[p]["files"] = {"real": f"real.{p}.parquet", "sim": sim_ev.name, "cost": Path(cost).name,
+                            "real_from": str(fresh / f"ev.{p}.parquet")}
     print()
     lines = [f"{'policy':<9} " + " | ".join(f"{k:^27}" for k in HEADLINE) + " | host probe s (calib/fresh)",
              f"{'':<9} " + " | ".join(f"{'real':>8} {'sim':>8} {'err':>9}" for _ in HEADLINE)]
@@ -122,7 +133,20 @@ def main(argv: list[str] | None = None) -> int:
         cells.append(f"{h['calib']:.4f} / {h['fresh']:.4f}")
         lines.append(f"{p:<9} " + " | ".join(cells))
     print("\n".join(lines))
+    md = ["| policy | " + " | ".join(f"{k} real / sim (err)" for k in HEADLINE) + " | host probe s calib / fresh |",
+          "|---|" + "---|" * (len(HEADLINE) + 1)]
+    for p, r in rows.items():
+        cells = [f"{r['real'][k]:.3f} / {r['sim'][k]:.3f} ({_pct(r['rel_err'][k])})" for k in HEADLINE]
+        h = r["host_probe_s"]
+        md.append(f"| {p} | " + " | ".join(cells) + f" | {h['calib']:.4f} / {h['fresh']:.4f} |")
+    (out / "sim2real.md").write_text("\n".join(md) + "\n")
+    print("\n" + "\n".join(md))
     (out / "sim2real.json").write_text(json.dumps(rows, indent=2, default=float))
+    if args.plot:
+        from dora.plots import save
+        from dora.plots.sim_vs_real import sim_vs_real
+
+        print(f"wrote {save(sim_vs_real(rows), args.plot)}", file=sys.stderr)
     print(f"wrote {out / 'sim2real.json'}", file=sys.stderr)
     return 0
 

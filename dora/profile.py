@@ -14,6 +14,12 @@ table is column-oriented (a dict of equal-length lists):
 - `train_steps` (tokens, samples, dt_s): event log, train_start -> train_end (trainer compute;
   tokens = prompt + response tokens).
 - `publishes` (version, dt_s): event log, train_end -> publish (gathering the new weights).
+- `requests` (instance, t_sent_s, t_submit_s, t_first_token_s, t_finish_s, t_seen_s, new_tokens): one
+  row per finished request segment. t_sent_s: the driver dispatched it (or migrated it in);
+  t_submit_s, t_first_token_s, t_finish_s: the engine's stamps; t_seen_s: the driver got the
+  result. All in seconds from the run's start. t_submit - t_sent is the submission latency,
+  t_seen - t_finish the result latency (what `request_latency_s` in the cost model prices).
+  Optional on read (profiles written before it lack it).
 
 Top-level keys: `format` ("dora.profile/1"), `policy`, `backend`, `model`, `instances`,
 `max_num_seqs`, `devices_per_instance`, `trainer_devices`, `engine_startup_s` (list, per
@@ -38,15 +44,18 @@ TABLES = {
     "engine_loads": ("instance", "version", "kind", "dt_s"),
     "train_steps": ("tokens", "samples", "dt_s"),
     "publishes": ("version", "dt_s"),
+    "requests": ("instance", "t_sent_s", "t_submit_s", "t_first_token_s", "t_finish_s", "t_seen_s", "new_tokens"),
 }
+OPTIONAL = ("requests",)  # tables a profile may lack (older format revisions)
 
 
 def _table(name: str) -> dict[str, list]:
     return {c: [] for c in TABLES[name]}
 
 
-def build_profile(events, engine_stats: list[dict], run_info: dict) -> dict[str, Any]:
-    """The profile of one run from its event log (DataFrame) and each engine's `get_stats()` dict."""
+def build_profile(events, engine_stats: list[dict], run_info: dict, requests=()) -> dict[str, Any]:
+    """The profile of one run from its event log (DataFrame), each engine's `get_stats()` dict and
+    the driver's request rows (tuples in the `requests` table's column order)."""
     prof: dict[str, Any] = {"format": FORMAT, **{k: run_info.get(k) for k in (
         "policy", "backend", "model", "instances", "devices_per_instance", "trainer_devices")},
         "max_num_seqs": run_info.get("max_seqs"), "engine_startup_s": []}
@@ -65,6 +74,10 @@ def build_profile(events, engine_stats: list[dict], run_info: dict) -> dict[str,
         for _t, version, kind, dt in st.get("weight_loads", []):
             for c, v in zip(TABLES["engine_loads"], (inst, version, kind, dt)):
                 e[c].append(v)
+    q = prof["requests"]
+    for row in requests:
+        for c, v in zip(TABLES["requests"], row):
+            q[c].append(v)
     ev = events["event"].astype(str).to_numpy()
     rows = events.to_dict("records")
     w, tr, pb = prof["weight_loads"], prof["train_steps"], prof["publishes"]
@@ -119,6 +132,9 @@ def read_profile(path: str | Path) -> dict:
         raise InputError(f"profile {p}: 'format' is not {FORMAT!r}; give a profile written by dora.exec")
     for name, cols in TABLES.items():
         t = prof.get(name)
+        if t is None and name in OPTIONAL:
+            prof[name] = _table(name)
+            continue
         if not isinstance(t, dict):
             raise InputError(f"profile {p}: table '{name}' missing")
         lens = {c: len(t.get(c, [])) if isinstance(t.get(c), list) else -1 for c in cols}

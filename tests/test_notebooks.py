@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
-NAMES = ("a_bubble_ratios", "b_version_timeline", "c_speedup_sweep")
+NAMES = ("a_bubble_ratios", "b_version_timeline", "c_speedup_sweep", "d_sim_vs_real")
 
 
 def test_the_notebooks_exist():

@@ -387,3 +387,18 @@ def test_cli_refuses_empty_window_and_unswept_table(tmp_path, runs, capsys):
             plots_main([*args, "--out", str(tmp_path / "x.png")])
         assert e.value.code == 2 and msg in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_sim_vs_real_bars_label_the_errors(tmp_path):
+    from dora.plots import save
+    from dora.plots.sim_vs_real import sim_vs_real
+
+    res = {p: {"real": {"step_time_mean_s": 1.0, "e2e_samples_per_s": 10.0},
+               "sim": {"step_time_mean_s": 1.0 + 0.05 * i, "e2e_samples_per_s": 10.0 / (1.0 + 0.05 * i)}}
+           for i, p in enumerate(["dora", "sync"])}
+    fig = sim_vs_real(res)
+    ax0, ax1 = fig.axes[:2]
+    assert [t.get_text() for t in ax0.get_xticklabels()] == ["sync", "dora"]  # the usual policy order
+    assert ax0.get_ylabel() == "mean step time (s)" and "samples / s" in ax1.get_ylabel()
+    assert {t.get_text() for t in ax0.texts} == {"+5.0%", "+0.0%"}
+    assert save(fig, tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"

@@ -28,6 +28,7 @@ its last checkpoint, re-trains the batches consumed since, and redoes the cut st
 from __future__ import annotations
 
 import csv
+import math
 import os
 import sys
 import time
@@ -45,6 +46,19 @@ from dora.sched import events as E
 from dora.sched.policies import POLICIES
 from dora.sched.policy import Policy
 from dora.sched.record import encode
+
+
+def wall_at(t_perf: float) -> float:
+    """The time.time() reading that corresponds to perf_counter() reading `t_perf` (the tightest of
+    a few paired readings, so a preemption between two clock reads does not skew it)."""
+    best = (math.inf, 0.0)
+    for _ in range(5):
+        a = time.perf_counter()
+        w = time.time()
+        b = time.perf_counter()
+        if b - a < best[0]:
+            best = (b - a, w - ((a + b) / 2 - t_perf))
+    return best[1]
 
 
 @dataclass
@@ -144,6 +158,8 @@ class Orchestrator:
         }
         self.log = EventLog(self.run_info)
         self.t0 = time.perf_counter()
+        self.t0_wall = wall_at(self.t0)  # engines stamp requests with time.time()
+        self.requests: list[tuple] = []  # profile rows of finished requests (dora.profile 'requests')
         self.next_draw = 0
         self.example_of: dict[int, int] = {}  # prompt_id -> example index
         self.drawn_at: dict[int, int] = {}  # prompt_id -> trainer version when it was drawn (trace `step`)
@@ -362,6 +378,10 @@ class Orchestrator:
             self.deliver(E.TrajectoryLost(traj, inst, "engine"))
             return
         seg_version = r.versions[-1] if r.versions else r.version
+        if r.t_submit > 0 and r.t_finish > 0:
+            w = self.t0_wall
+            self.requests.append((inst, self.seg[traj][0], r.t_submit - w, (r.t_first_token or r.t_finish) - w,
+                                  r.t_finish - w, now, len(r.token_ids) - self.seg[traj][1]))
         self._end_segment(traj, "finish", len(r.token_ids), now, seg_version)
         self.where.pop(traj, None)
         self.results[traj] = r
@@ -578,6 +598,7 @@ class Orchestrator:
         specs = tuple(E.InstanceSpec(i, self.slots, self.cfg.rollout.max_model_len * self.slots, 1)
                       for i in range(len(self.engines)))
         self.t0 = time.perf_counter()
+        self.t0_wall = wall_at(self.t0)
         self.deliver(E.ClusterStarted(specs, 1))
         idle_since = time.perf_counter()
         while self.version < self.cfg.steps:
@@ -751,7 +772,7 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
         _write_steps_csv(run_dir / "steps.csv", orch.step_rows)
         from dora.profile import build_profile, write_profile
 
-        profile = build_profile(df, engine_stats, orch.run_info)
+        profile = build_profile(df, engine_stats, orch.run_info, orch.requests)
         profile["wall_s"] = metrics["wall_s"]
         profile["host_loadavg_1m"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0  # shared-host check
         write_profile(profile, run_dir / "profile.json")

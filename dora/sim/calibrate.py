@@ -13,7 +13,10 @@ standard deviations are dropped and the fit repeated):
 - weight_load_s: mean load time as the orchestrator saw it (load_start -> load_end); the
   colocated reshard is set to the same (the executor does not colocate);
 - publish_s: mean train_end -> publish;
-- train: dt = train_base_s + train_device_s_per_token*tokens/trainer_devices.
+- train: dt = train_base_s + train_device_s_per_token*tokens/trainer_devices;
+- request_latency_s: mean submission latency (driver sent -> engine received) plus mean result
+  latency (engine finished -> driver received), from the profile's `requests` table (profiles
+  without it leave 0, and calibrate says so).
 
 Dense models: decode_expert_s = 0 and moe_imbalance_cv = 0 (real instances carry their own
 speed). kv_transfer_* are not measured (the executor re-prefills migrated trajectories) and
@@ -122,6 +125,12 @@ def calibrate(profiles: list[dict], sources: list[str] | None = None) -> tuple[C
     tdt = _col(profiles, "train_steps", "dt_s")
     fits.append(nnls_fit("train step", np.column_stack([np.ones(len(tdt)), ttok / tdev]), tdt,
                          ["train_base_s", "train_device_s_per_token"]))
+    req = [p["requests"] for p in profiles if p.get("requests") and p["requests"]["t_sent_s"]]
+    if req:
+        sub = np.asarray([b - a for r in req for a, b in zip(r["t_sent_s"], r["t_submit_s"])])
+        res = np.asarray([b - a for r in req for a, b in zip(r["t_finish_s"], r["t_seen_s"])])
+        f = mean_fit("request", "request_latency_s", np.maximum(sub, 0.0) + np.maximum(res, 0.0))
+        fits.append(f)
     coef: dict[str, float] = {}
     for f in fits:
         coef.update(f.coef)
@@ -171,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         cost, fits = calibrate(profiles, [str(p) for p in args.profiles])
         text = cost_yaml(cost, fits)
         print(fit_table(fits))
+        if not any(f.name == "request" for f in fits):
+            print("calibrate: the profile(s) have no request stamps (recorded before they were added): "
+                  "request_latency_s stays 0", file=sys.stderr)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(text)

@@ -131,6 +131,9 @@ class Cluster:
         load_fails = self.draws.load_fails if self.faults.load_fail_prob > 0 else None
         self.failures = 0
         self.failed_ids: set[int] = set()  # instances that failed at least once
+        self._fail_epoch = [0] * spec.instances  # failures per instance (a pending result dies with it)
+        self._latency = cost.request_latency_s
+        self._notifying: dict[int, tuple[Seq, Instance, int]] = {}  # finished, result not yet at the policy
         self._bg = 0  # background events pending
         self._idle_progress: tuple[int, int] = (-1, -1)  # (dispatches, steps) when last seen idle
         self._idle_since = 0.0
@@ -280,6 +283,7 @@ class Cluster:
             return  # already down
         self.failures += 1
         self.failed_ids.add(iid)
+        self._fail_epoch[iid] += 1
         self.wsync.forget(iid)
         lost = inst.fail(now)
         lost_ids = [s.traj for s in lost]
@@ -387,6 +391,8 @@ class Cluster:
         self.instances[iid].request_stop(s, "abort:" + a.reason, now)
 
     def _migrate(self, a: A.Migrate, now: float) -> None:
+        if a.traj in self._notifying:
+            return  # it finished; its result is on its way to the policy
         s = self.seqs[a.traj]
         src = self.where[a.traj]
         if not self.instances[a.dst].alive:
@@ -425,7 +431,34 @@ class Cluster:
                      now - s.t_start, s.busy, s.prefill_s)
 
     def _on_finish(self, s: Seq, inst: Instance, now: float) -> None:
+        if self._latency > 0.0:  # the result reaches the policy request_latency_s later
+            self._notifying[s.traj] = (s, inst, self._fail_epoch[inst.id])
+            self._scheduler_for(inst.id)(now + self._latency, 2, lambda _: self._notify(s.traj))
+            return
         traj = s.traj
+        self._row((now, self._finish_code, inst.id, traj, s.prompt_id, s.version, -1, s.made,
+                   now - s.t_start, s.busy, s.prefill_s))
+        del self.seqs[traj]
+        self.where.pop(traj, None)
+        self.deliver(E.TrajectoryFinished(traj, inst.id, self.rlen[traj]))
+
+    def _notify(self, traj: int) -> None:
+        """A finished trajectory's result reaches the policy (request_latency_s after its last token);
+        what an abort or a failure of its instance did meanwhile decides how it ends."""
+        s, inst, epoch = self._notifying.pop(traj)
+        now = self.env._now
+        if self._fail_epoch[inst.id] != epoch:  # the result died with its instance
+            self._end_row(s, inst, "lost", now, detail="instance failure")
+            del self.seqs[traj]
+            self.where.pop(traj, None)
+            self.deliver(E.TrajectoryLost(traj, inst.id, "instance failure"))
+            return
+        if s.stop.startswith("abort"):  # aborted by the policy before it learnt of the finish
+            self._end_row(s, inst, "abort", now, detail=s.stop[6:])
+            del self.seqs[traj]
+            self.where.pop(traj, None)
+            return
+        s.stop = ""  # a migration asked meanwhile came too late: it finished where it was
         self._row((now, self._finish_code, inst.id, traj, s.prompt_id, s.version, -1, s.made,
                    now - s.t_start, s.busy, s.prefill_s))
         del self.seqs[traj]
@@ -528,4 +561,6 @@ class Cluster:
                 self._end_row(s, inst, "end", now)
             for s in inst.waiting:
                 self._end_row(s, inst, "end", now)
+        for s, inst, _ in self._notifying.values():  # finished, result still on its way
+            self._end_row(s, inst, "end", now)
         self.log.add(now, "run_end", trainer_version=self.trainer.version)

@@ -15,6 +15,10 @@ all of them for a full batch; dense models have e = 0); b = decode_per_seq_s is 
 per-token matmul compute; c = decode_per_ctx_token_s the attention cost per cached token.
 For a run of k steps with fixed membership the decode part sums in closed form.
 
+A finished trajectory's result reaches the policy request_latency_s after its last token
+(submission, admission and result delivery outside the engine's steps: RPCs and the driver's
+poll in a real executor; 0 by default, calibrated from a real run's request stamps).
+
 A trainer step on T tokens over d devices takes train_base_s + train_device_s_per_token*T/d.
 Coefficients come from `dora.sim.presets` (the roofline derivation, with sources) or a YAML
 cost file (`--cost`; calibration writes one).
@@ -45,13 +49,14 @@ class CostModel:
     publish_s: float = 0.6527  # trainer-side: gather and publish a version
     train_base_s: float = 3.0  # per trainer step (optimizer, sync)
     train_device_s_per_token: float = 7.030e-5  # device-seconds per trained token (fwd+bwd+logprob)
+    request_latency_s: float = 0.0  # per request, outside engine steps: dispatch -> engine + result -> policy
     moe_imbalance_cv: float = -1.0  # per-instance slowdown CV; -1 = take it from the trace metadata
     source: str = "presets.derive(H800, qwen3-30b-a3b, devices_per_instance=2), rounded"
 
     def validate(self) -> None:
         for name in ("decode_base_s", "decode_expert_s", "decode_per_seq_s", "decode_per_ctx_token_s", "prefill_per_token_s",
                      "kv_transfer_base_s", "kv_transfer_per_token_s", "weight_load_s", "colocated_reshard_s",
-                     "publish_s", "train_base_s", "train_device_s_per_token"):
+                     "publish_s", "train_base_s", "train_device_s_per_token", "request_latency_s"):
             v = getattr(self, name)
             if not v >= 0:
                 raise InputError(f"{name}: must be >= 0 seconds, got {v}")

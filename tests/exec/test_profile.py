@@ -48,6 +48,23 @@ def test_profile_matches_the_event_log(run):
     assert len(prof["weight_loads"]["dt_s"]) == int((ev == "load_end").sum()) == len(prof["engine_loads"]["dt_s"])
     for name, cols in TABLES.items():
         assert set(prof[name]) == set(cols), name
+    # one request row per finished segment, its stamps in causal order (driver perf_counter vs the
+    # engines' time.time(): allow a millisecond of clock skew)
+    req = prof["requests"]
+    fin = res.events[(ev == "finish").to_numpy()]
+    assert len(req["t_sent_s"]) == len(fin) and sum(req["new_tokens"]) == int(fin["tokens"].sum())
+    for row in zip(req["t_sent_s"], req["t_submit_s"], req["t_first_token_s"], req["t_finish_s"], req["t_seen_s"]):
+        assert all(b >= a - 1e-3 for a, b in zip(row, row[1:])), row
+
+
+def test_old_profiles_without_requests_still_read(run, tmp_path):
+    import json
+
+    _, res = run
+    old = {k: v for k, v in res.profile.items() if k != "requests"}
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps(old))
+    assert read_profile(p)["requests"] == {c: [] for c in TABLES["requests"]}
 
 
 def test_profile_calibrates(run):
@@ -57,4 +74,5 @@ def test_profile_calibrates(run):
     cost, fits = calibrate([res.profile])
     cost.validate()
     assert cost.decode_base_s + cost.decode_per_seq_s > 0 and cost.train_device_s_per_token >= 0
-    assert {f.name for f in fits} == {"decode step", "prefill", "weight load", "publish", "train step"}
+    assert {f.name for f in fits} == {"decode step", "prefill", "weight load", "publish", "train step", "request"}
+    assert 0 < cost.request_latency_s < 1.0

@@ -51,6 +51,26 @@ def test_sync_step_on_two_trajectories(tmp_path):
     assert fin["tokens"].tolist()[:2] == [3, 5]
 
 
+def test_request_latency_delays_each_result(tmp_path):
+    """The same sync step with request_latency_s = L: each result reaches the policy L after its last
+    token (the finish rows move by L), so the trainer starts L later and the step takes L longer."""
+    L = 0.05
+    trace = write_lengths(tmp_path / "two.parquet", [[3, 5]], prompt_len=10)
+    cfg = small_config(trace, **{"steps": 2, "cluster.instances": 1, "cluster.trainer_devices": 1,
+                                 "cluster.max_seqs": 4, "cluster.kv_tokens": 1000, "policy.batch_size": 1,
+                                 "policy.eta": 1, "policy.sync.colocated": False,
+                                 "cost": {**COST, "request_latency_s": L}})
+    rollout = (P_TOK * 20 + 3 * A + 6 * B_SEQ + C_CTX * (20 + 22 + 24)
+               + 2 * A + 2 * B_SEQ + C_CTX * (13 + 14))
+    step = rollout + L + T0 + T1 * 28 + PUBLISH + LOAD
+    r = simulate(load_trace(trace), cfg, "sync", progress=False)
+    assert r.metrics["step_time_mean_s"] == pytest.approx(step, rel=1e-12)
+    fin = r.events[r.events["event"] == "finish"].sort_values("t_s")
+    t3 = P_TOK * 20 + 3 * A + 6 * B_SEQ + C_CTX * 66
+    assert fin["t_s"].iloc[0] == pytest.approx(t3 + L, rel=1e-12)
+    assert fin["t_s"].iloc[1] == pytest.approx(rollout + L, rel=1e-12)
+
+
 def test_closed_form_equals_single_steps():
     """T(j) of a run equals j single steps summed with their growing contexts."""
     cost = CostModel(**{k: v for k, v in COST.items()})

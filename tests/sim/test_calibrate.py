@@ -63,6 +63,18 @@ def test_recovers_known_coefficients(backend):
     assert decode.r2 == pytest.approx(1.0) and abs(decode.rel_total) < 1e-9
 
 
+def test_request_latency_from_request_stamps():
+    """request_latency_s = mean(submitted - sent) + mean(seen - finished); none recorded -> 0."""
+    assert calibrate([synthetic_profile()])[0].request_latency_s == 0.0
+    prof = synthetic_profile()
+    prof["requests"] = {"instance": [0, 1, 0], "t_sent_s": [1.0, 2.0, 3.0], "t_submit_s": [1.01, 2.03, 3.02],
+                        "t_first_token_s": [1.1, 2.1, 3.1], "t_finish_s": [1.5, 2.5, 3.5],
+                        "t_seen_s": [1.505, 2.515, 3.51], "new_tokens": [5, 7, 9]}
+    cost, fits = calibrate([prof])
+    assert cost.request_latency_s == pytest.approx(0.02 + 0.01)
+    assert next(f for f in fits if f.name == "request").rows == 3
+
+
 def test_noise_and_outliers():
     cost, fits = calibrate([synthetic_profile(noise=0.02, outliers=5, seed=3)])
     decode = next(f for f in fits if f.name == "decode step")

@@ -159,3 +159,35 @@ def test_a_stall_under_perpetual_failures_is_reported(small_trace, monkeypatch):
     cfg = small_config(small_trace, **{"steps": 2, "faults.mtbf_s": 50.0, "faults.repair_s": 5.0})
     with pytest.raises(RuntimeError, match="stalled"):
         simulate(load_trace(small_trace), cfg, "dora", progress=False)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_guarantees_hold_with_request_latency(small_trace, policy):
+    """Results that reach the policy late (request_latency_s) while instances fail, versions load and
+    the policy aborts or migrates: still nothing lost or duplicated, fast engine = reference."""
+    over = {"steps": 5, "faults.mtbf_s": 25.0, "faults.repair_s": 8.0, "cost.request_latency_s": 0.4}
+    fast = simulate(load_trace(small_trace), small_config(small_trace, **over), policy, progress=False)
+    m = fast.metrics
+    assert m["instance_failures"] >= 4 and m["steps"] == 5
+    assert m["c2_lost"] == m["c2_duplicated"] == m["c3_violations"] == 0
+    if policy != "partial":
+        assert m["c1_violations"] == 0
+    ref = simulate(load_trace(small_trace), small_config(small_trace, reference=True, **over), policy,
+                   progress=False)
+    for k, v in m.items():
+        if k not in ("sim_wall_s", "events", "scheduler_events"):
+            assert ref.metrics[k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+
+
+def test_a_result_in_flight_dies_with_its_instance(tmp_path):
+    """Both trajectories finish (at T_STEP[2] and ROLLOUT) but their results take 1 s to arrive; the
+    instance fails 0.5 s after the first finish: both results are lost on arrival, not finished, and
+    the group is regenerated."""
+    tr, cfg = _two(tmp_path, **{"cost": {**COST, "request_latency_s": 1.0}, "faults.fail_at": [[T_STEP[2] + 0.5, 0]],
+                                "faults.repair_s": 1.0})
+    r = simulate(tr, cfg, "sync", progress=False)
+    ev = r.events
+    lost = ev[ev["event"] == "lost"].sort_values("t_s")
+    assert lost["tokens"].tolist() == [3, 5]
+    assert lost["t_s"].to_numpy() == pytest.approx([T_STEP[2] + 1.0, ROLLOUT + 1.0])
+    assert r.metrics["c2_lost"] == r.metrics["c2_duplicated"] == 0 and r.metrics["steps"] == 2
