@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calib-profile", action="append", metavar="PROFILE",
                     help="calibrate every policy on these profiles instead (e.g. --calib-profile R1/sync/profile.json "
                          "for an in-sample check of the model's structure, which is not a prediction)")
+    ap.add_argument("--host-cores", type=float, default=0.0, metavar="N",
+                    help="calibrate with --host-cores N (the engines and the trainer shared N cores)")
     ap.add_argument("--plot", metavar="OUT.png", help="bars of real vs simulated step time and throughput")
     ap.add_argument("--host-adjust", action="store_true",
                     help="diagnosis, not a prediction: scale the decode/prefill terms by the host probe's "
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pooled or args.calib_profile:
         pooled = out / "cost.pooled.yaml"
         profs = args.calib_profile or [str(calib / p / "profile.json") for p in policies]
-        cmd = ["calibrate", *profs, "--out", str(pooled)]
+        cmd = ["calibrate", *profs, "--out", str(pooled), "--host-cores", str(args.host_cores)]
         print("python -m dora.sim " + " ".join(cmd), flush=True)
         if sim(cmd) != 0:
             return 1
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in policies:
         cost = pooled if args.pooled or args.calib_profile else out / f"cost.{p}.yaml"
         if not (args.pooled or args.calib_profile):
-            cmd = ["calibrate", str(calib / p / "profile.json"), "--out", str(cost)]
+            cmd = ["calibrate", str(calib / p / "profile.json"), "--out", str(cost), "--host-cores", str(args.host_cores)]
             print("python -m dora.sim " + " ".join(cmd), flush=True)
             if sim(cmd) != 0:
                 return 1

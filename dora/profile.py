@@ -20,11 +20,14 @@ table is column-oriented (a dict of equal-length lists):
   result. All in seconds from the run's start. t_submit - t_sent is the submission latency,
   t_seen - t_finish the result latency (what `request_latency_s` in the cost model prices).
   Optional on read (profiles written before it lack it).
+- `train_windows` (t_start_s, t_end_s): event log, each train_start -> train_end in seconds from
+  the run's start (optional on read). With the top-level `t0_wall_s` (the engines' clock at the
+  run's start) it places every decode step (`t_s` - t0_wall_s) inside or outside training.
 
 Top-level keys: `format` ("dora.profile/1"), `policy`, `backend`, `model`, `instances`,
 `max_num_seqs`, `devices_per_instance`, `trainer_devices`, `engine_startup_s` (list, per
 instance), `wall_s`, `host_loadavg_1m` (the 1-minute load average at the end: a shared host slows
-every timing).
+every timing), `host_cpus` (cores of the machine), `t0_wall_s` (time.time() at the run's start).
 """
 
 from __future__ import annotations
@@ -45,8 +48,9 @@ TABLES = {
     "train_steps": ("tokens", "samples", "dt_s"),
     "publishes": ("version", "dt_s"),
     "requests": ("instance", "t_sent_s", "t_submit_s", "t_first_token_s", "t_finish_s", "t_seen_s", "new_tokens"),
+    "train_windows": ("t_start_s", "t_end_s"),
 }
-OPTIONAL = ("requests",)  # tables a profile may lack (older format revisions)
+OPTIONAL = ("requests", "train_windows")  # tables a profile may lack (older format revisions)
 
 
 def _table(name: str) -> dict[str, list]:
@@ -82,15 +86,22 @@ def build_profile(events, engine_stats: list[dict], run_info: dict, requests=())
     rows = events.to_dict("records")
     w, tr, pb = prof["weight_loads"], prof["train_steps"], prof["publishes"]
     samples = 0
+    began = None
     for r, name in zip(rows, ev):
         if name == "load_end":
             for c, v in zip(TABLES["weight_loads"], (r["instance"], r["version"], r["detail"], r["dur_s"])):
                 w[c].append(v)
         elif name == "train":
             samples += 1
+        elif name == "train_start":
+            began = r["t_s"]  # a step redone after a trainer restart starts again
         elif name == "train_end":
             for c, v in zip(TABLES["train_steps"], (r["tokens"], samples, r["dur_s"])):
                 tr[c].append(v)
+            if began is not None:
+                prof["train_windows"]["t_start_s"].append(began)
+                prof["train_windows"]["t_end_s"].append(r["t_s"])
+                began = None
             samples = 0
         elif name == "publish":
             pb["version"].append(r["version"])

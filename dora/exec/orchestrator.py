@@ -775,6 +775,8 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
         profile = build_profile(df, engine_stats, orch.run_info, orch.requests)
         profile["wall_s"] = metrics["wall_s"]
         profile["host_loadavg_1m"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0  # shared-host check
+        profile["host_cpus"] = os.cpu_count() or 0
+        profile["t0_wall_s"] = orch.t0_wall
         write_profile(profile, run_dir / "profile.json")
         config = {k: v for k, v in orch.run_info.items() if k not in ("policy", "body")}
         from dora.config import to_dict

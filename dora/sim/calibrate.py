@@ -18,6 +18,12 @@ standard deviations are dropped and the fit repeated):
   latency (engine finished -> driver received), from the profile's `requests` table (profiles
   without it leave 0, and calibrate says so).
 
+Shared host (`--host-cores N`: the engines and the trainer ran on one machine's N cores, as on a
+CPU box): host_cores = N, and the fits see the uncontended costs: decode steps that overlap a
+trainer step are left out of the decode fit, and each trainer step's time is divided by
+max(1, (k + 1) / N), k the engines decoding when it started (from the profile's train_windows and
+t0_wall_s; the simulator then applies the same factor, see dora.sim.cost).
+
 Dense models: decode_expert_s = 0 and moe_imbalance_cv = 0 (real instances carry their own
 speed). kv_transfer_* are not measured (the executor re-prefills migrated trajectories) and
 keep their defaults. The table printed gives each fit's rows used, R^2, the median relative
@@ -92,10 +98,39 @@ def _col(profiles: list[dict], table: str, col: str) -> np.ndarray:
     return np.asarray([v for p in profiles for v in p[table][col]], dtype=float)
 
 
-def calibrate(profiles: list[dict], sources: list[str] | None = None) -> tuple[CostModel, list[Fit]]:
-    """Fit a CostModel to one or more profiles of the same backend."""
+def _contention(p: dict, host_cores: float, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(decode steps that overlap a trainer step, slowdown of each trainer step) of one profile."""
+    win = p.get("train_windows") or {}
+    if "t0_wall_s" not in p or not win.get("t_start_s") and p["train_steps"]["dt_s"]:
+        raise InputError(f"calibrate --host-cores: {where} has no train_windows/t0_wall_s (recorded by an older "
+                         "version); record the run again")
+    d = p["decode_steps"]
+    end = np.asarray(d["t_s"], float) - float(p.get("t0_wall_s", 0.0))
+    dt = np.asarray(d["dt_s"], float)
+    start = end - np.maximum(dt, 0.0)
+    inst = np.asarray(d["instance"], int)
+    t0 = np.asarray(win.get("t_start_s", []), float)
+    t1 = np.asarray(win.get("t_end_s", []), float)
+    if len(t0) != len(p["train_steps"]["dt_s"]):
+        raise InputError(f"calibrate --host-cores: {where}: {len(t0)} train windows for "
+                         f"{len(p['train_steps']['dt_s'])} train steps (a trainer restart?); use another run")
+    overlap = np.zeros(len(end), bool)
+    slow = np.ones(len(t0))
+    for i, (a, b) in enumerate(zip(t0, t1)):
+        overlap |= (start < b) & (end > a)
+        k = len(set(inst[(start <= a) & (end >= a) & (dt > 0)].tolist()))
+        slow[i] = max(1.0, (k + 1) / host_cores)
+    return overlap, slow
+
+
+def calibrate(profiles: list[dict], sources: list[str] | None = None,
+              host_cores: float = 0.0) -> tuple[CostModel, list[Fit]]:
+    """Fit a CostModel to one or more profiles of the same backend (host_cores > 0: the engines
+    and the trainer shared that many cores; the fits then see uncontended costs)."""
     if not profiles:
         raise InputError("calibrate: no profile given")
+    if host_cores < 0:
+        raise InputError(f"calibrate --host-cores: must be >= 0, got {host_cores}")
     backends = sorted({str(p.get("backend")) for p in profiles})
     if len(backends) > 1:
         raise InputError(f"calibrate: profiles mix backends {backends}; their decode timings mean different "
@@ -107,6 +142,12 @@ def calibrate(profiles: list[dict], sources: list[str] | None = None) -> tuple[C
     ctx = _col(profiles, "decode_steps", "ctx_tokens")
     pre = _col(profiles, "decode_steps", "prefill_tokens")
     ok = (dt > 0) & (run > 0)
+    slow = None
+    if host_cores > 0:
+        cont = [_contention(p, host_cores, (sources or [f"profile {i}" for i in range(len(profiles))])[i])
+                for i, p in enumerate(profiles)]
+        ok &= ~np.concatenate([c[0] for c in cont])
+        slow = np.concatenate([c[1] for c in cont])
     names = ["decode_base_s", "decode_per_seq_s", "decode_per_ctx_token_s"]
     cols = [np.ones(ok.sum()), run[ok], ctx[ok]]
     if backend != "hf":
@@ -123,6 +164,8 @@ def calibrate(profiles: list[dict], sources: list[str] | None = None) -> tuple[C
     tdev = np.asarray([float(p.get("trainer_devices") or 1) for p in profiles for _ in p["train_steps"]["dt_s"]])
     ttok = _col(profiles, "train_steps", "tokens")
     tdt = _col(profiles, "train_steps", "dt_s")
+    if slow is not None:
+        tdt = tdt / slow
     fits.append(nnls_fit("train step", np.column_stack([np.ones(len(tdt)), ttok / tdev]), tdt,
                          ["train_base_s", "train_device_s_per_token"]))
     req = [p["requests"] for p in profiles if p.get("requests") and p["requests"]["t_sent_s"]]
@@ -137,7 +180,8 @@ def calibrate(profiles: list[dict], sources: list[str] | None = None) -> tuple[C
     if coef["decode_base_s"] + coef["decode_per_seq_s"] <= 0:
         raise InputError("calibrate: the decode fit gave zero base and per-sequence cost; the profile's decode "
                          "steps carry no signal (record a run with generation)")
-    coef.update(decode_expert_s=0.0, moe_imbalance_cv=0.0, colocated_reshard_s=coef["weight_load_s"])
+    coef.update(decode_expert_s=0.0, moe_imbalance_cv=0.0, colocated_reshard_s=coef["weight_load_s"],
+                host_cores=float(host_cores))
     src = ", ".join(sources) if sources else "profile"
     cost = CostModel(**coef, source=f"dora.sim calibrate ({backend}) from {src}")
     cost.validate()
@@ -167,6 +211,9 @@ def parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profiles", nargs="+", metavar="PROFILE", help="profile.json written by python -m dora.exec")
     ap.add_argument("--out", required=True, metavar="COST.yaml", help="cost file to write (for --cost)")
+    ap.add_argument("--host-cores", type=float, default=0.0, metavar="N",
+                    help="the engines and the trainer shared N cores (a CPU box): fit uncontended costs and "
+                         "write host_cores = N (default 0: devices of their own)")
     return ap
 
 
@@ -177,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         if out.is_dir():
             raise InputError(f"--out {out}: is a directory; give a file path such as cost.yaml")
         profiles = [read_profile(p) for p in args.profiles]
-        cost, fits = calibrate(profiles, [str(p) for p in args.profiles])
+        cost, fits = calibrate(profiles, [str(p) for p in args.profiles], host_cores=args.host_cores)
         text = cost_yaml(cost, fits)
         print(fit_table(fits))
         if not any(f.name == "request" for f in fits):

@@ -133,6 +133,7 @@ class Cluster:
         self.failed_ids: set[int] = set()  # instances that failed at least once
         self._fail_epoch = [0] * spec.instances  # failures per instance (a pending result dies with it)
         self._latency = cost.request_latency_s
+        self._host_g = 1.0  # shared-host slowdown of the engines now (cost.host_cores)
         self._notifying: dict[int, tuple[Seq, Instance, int]] = {}  # finished, result not yet at the policy
         self._bg = 0  # background events pending
         self._idle_progress: tuple[int, int] = (-1, -1)  # (dispatches, steps) when last seen idle
@@ -157,6 +158,8 @@ class Cluster:
         self.trainer = Trainer(trainer_devices, cost, spec.colocated, self.log,
                                self._scheduler_for(-1), self._on_published,
                                restart_at=self.faults.trainer_restart_at, restart_s=self.faults.trainer_restart_s)
+        if cost.host_cores > 0:
+            self.trainer.on_trained = self._on_trained
 
     # ---- clock -----------------------------------------------------------------------------------
     def _scheduler_for(self, iid: int) -> Callable[[float, int, Callable[[object], None]], None]:
@@ -252,7 +255,7 @@ class Cluster:
 
     def _redraw(self, now: float) -> None:
         self._moe = self.imbalance.next(self._moe)
-        f = self._moe * self._strag
+        f = self._moe * self._strag * self._host_g
         for inst in self.instances:
             inst.request_slowdown(float(f[inst.id]), now)
         self._redraw_later(now + self.imbalance.cfg.redraw_s)
@@ -418,11 +421,33 @@ class Cluster:
         on_trainer = self.spec.colocated or a.instance in self.spec.elastic  # the weights are on these devices
         inst.request_load(a.version, a.mode, a.evict, self._reshard_s if on_trainer else self.wsync.load_s, now)
 
+    def _host_slowdown(self, g: float, now: float) -> None:
+        """Shared host: every engine's steps from now on run g times slower than its own speed."""
+        if g == self._host_g:
+            return
+        self._host_g = g
+        f = self._moe * self._strag * g
+        for inst in self.instances:
+            inst.request_slowdown(float(f[inst.id]), now)
+
+    def _on_trained(self, now: float) -> None:
+        self._host_slowdown(1.0, now)
+
     def _train(self, a: A.Train, now: float) -> None:
         rows = []
         for traj in a.trajs:
             p, r = self.plen[traj], self.rlen[traj]
             rows.append((traj, self.pid_of[traj], self.version_of[traj], p + r, r))
+        if self.cost.host_cores > 0:  # start once this instant's dispatches have reached the engines
+            self._scheduler_for(-1)(now, 3, lambda _: self._train_shared(rows, now))
+            return
+        self.trainer.start(now, rows)
+
+    def _train_shared(self, rows: list, now: float) -> None:
+        """Shared host: the trainer and the engines holding work share the host's cores."""
+        g = self.cost.host_factor(1 + sum(1 for i in self.instances if i.alive and (i.n > 0 or i.waiting)))
+        self.trainer.speed = g
+        self._host_slowdown(g, now)
         self.trainer.start(now, rows)
 
     # ---- callbacks from instances and trainer --------------------------------------------------

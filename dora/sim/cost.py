@@ -20,6 +20,12 @@ A finished trajectory's result reaches the policy request_latency_s after its la
 poll in a real executor; 0 by default, calibrated from a real run's request stamps).
 
 A trainer step on T tokens over d devices takes train_base_s + train_device_s_per_token*T/d.
+
+Shared host (host_cores > 0; an executor whose engines and trainer share one machine's cores, as
+on a CPU test box): while the trainer trains, it and the k engines that hold trajectories share
+host_cores cores, so the engines' decode steps and the trainer's step run max(1, (k + 1) /
+host_cores) times slower (k counted when the trainer step starts). 0, the default: every
+instance and the trainer have devices of their own (a cluster).
 Coefficients come from `dora.sim.presets` (the roofline derivation, with sources) or a YAML
 cost file (`--cost`; calibration writes one).
 """
@@ -50,13 +56,15 @@ class CostModel:
     train_base_s: float = 3.0  # per trainer step (optimizer, sync)
     train_device_s_per_token: float = 7.030e-5  # device-seconds per trained token (fwd+bwd+logprob)
     request_latency_s: float = 0.0  # per request, outside engine steps: dispatch -> engine + result -> policy
+    host_cores: float = 0.0  # engines and trainer share this many cores (0: own devices each)
     moe_imbalance_cv: float = -1.0  # per-instance slowdown CV; -1 = take it from the trace metadata
     source: str = "presets.derive(H800, qwen3-30b-a3b, devices_per_instance=2), rounded"
 
     def validate(self) -> None:
         for name in ("decode_base_s", "decode_expert_s", "decode_per_seq_s", "decode_per_ctx_token_s", "prefill_per_token_s",
                      "kv_transfer_base_s", "kv_transfer_per_token_s", "weight_load_s", "colocated_reshard_s",
-                     "publish_s", "train_base_s", "train_device_s_per_token", "request_latency_s"):
+                     "publish_s", "train_base_s", "train_device_s_per_token", "request_latency_s",
+                     "host_cores"):
             v = getattr(self, name)
             if not v >= 0:
                 raise InputError(f"{name}: must be >= 0 seconds, got {v}")
@@ -81,6 +89,10 @@ class CostModel:
 
     def train_s(self, tokens: int, devices: int) -> float:
         return self.train_base_s + self.train_device_s_per_token * tokens / devices
+
+    def host_factor(self, busy: int) -> float:
+        """Slowdown of `busy` processes sharing the host's cores (1 without a shared host)."""
+        return max(1.0, busy / self.host_cores) if self.host_cores > 0 else 1.0
 
     def kv_transfer_s(self, ctx_tokens: int) -> float:
         return self.kv_transfer_base_s + self.kv_transfer_per_token_s * ctx_tokens

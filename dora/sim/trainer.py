@@ -36,6 +36,8 @@ class Trainer:
         self.phase = ""  # "" idle | "train" | "publish"
         self.token = 0  # invalidates the end of a step or publication cut by a crash
         self.step: tuple[float, int] = (0.0, 0)  # (duration, tokens) of the step in progress
+        self.speed = 1.0  # slowdown of the next step (a shared host's contention; set by the cluster)
+        self.on_trained: Callable[[float], None] | None = None  # called when a step's compute ends
         for t in sorted(restart_at):
             self._schedule(float(t), 3, lambda _, t=float(t): self._crash(t))
 
@@ -48,7 +50,7 @@ class Trainer:
         code, tv = self.log.code("train"), self.version
         self.log.extend([(now, code, -1, traj, pid, ver, tv, rtok, 0.0, 0.0, 0.0) for traj, pid, ver, _, rtok in rows])
         self.log.add(now, "train_start", trainer_version=self.version, tokens=tokens)
-        dt = self.cost.train_s(tokens, self.devices)
+        dt = self.cost.train_s(tokens, self.devices) * self.speed
         self.step = (dt, tokens)
         self._begin_step(max(now, self.down_until))
 
@@ -64,6 +66,8 @@ class Trainer:
             return
         self.log.add(now, "train_end", trainer_version=self.version, tokens=tokens, dur_s=dt,
                      busy_s=dt * self.devices)
+        if self.on_trained is not None:
+            self.on_trained(now)
         pub = 0.0 if self.colocated else self.cost.publish_s
         self._begin_publish(now + pub, pub)
 

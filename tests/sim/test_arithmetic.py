@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 
 from dora.sim.cost import CostModel
@@ -103,3 +105,38 @@ def test_fast_engine_matches_reference(small_trace, policy):
     pub_f = fast.events[fast.events["event"] == "publish"]["t_s"].to_numpy()
     pub_r = ref.events[ref.events["event"] == "publish"]["t_s"].to_numpy()
     assert pub_f == pytest.approx(pub_r, rel=1e-9)
+
+
+def test_shared_host_slows_the_trainer_and_busy_engines(tmp_path):
+    """host_cores = 0.5: the sync step of the two-trajectory case trains alone (no engine holds work),
+    so its trainer step takes (0 + 1) / 0.5 = 2 times as long; nothing else changes."""
+    trace = write_lengths(tmp_path / "two.parquet", [[3, 5]], prompt_len=10)
+    cfg = small_config(trace, **{"steps": 2, "cluster.instances": 1, "cluster.trainer_devices": 1,
+                                 "cluster.max_seqs": 4, "cluster.kv_tokens": 1000, "policy.batch_size": 1,
+                                 "policy.eta": 1, "policy.sync.colocated": False,
+                                 "cost": {**COST, "host_cores": 0.5}})
+    rollout = (P_TOK * 20 + 3 * A + 6 * B_SEQ + C_CTX * (20 + 22 + 24)
+               + 2 * A + 2 * B_SEQ + C_CTX * (13 + 14))
+    step = rollout + 2 * (T0 + T1 * 28) + PUBLISH + LOAD
+    r = simulate(load_trace(trace), cfg, "sync", progress=False)
+    assert r.metrics["step_time_mean_s"] == pytest.approx(step, rel=1e-12)
+
+
+def test_shared_host_factor_counts_the_engines_holding_work(small_trace):
+    """one_step trains while the engines generate: with host_cores = 1 every trainer step takes
+    (k + 1) times its own cost, k the engines holding trajectories when it starts; plenty of
+    cores change nothing."""
+    over = {"steps": 4, "cluster.instances": 4, "cluster.trainer_devices": 1, "policy.batch_size": 4}
+    base = simulate(load_trace(small_trace), small_config(small_trace, **over), "one_step", progress=False)
+    many = simulate(load_trace(small_trace), small_config(small_trace, **over, **{"cost.host_cores": 64.0}),
+                    "one_step", progress=False)
+    one = simulate(load_trace(small_trace), small_config(small_trace, **over, **{"cost.host_cores": 1.0}),
+                   "one_step", progress=False)
+    for k in ("e2e_samples_per_s", "step_time_mean_s", "bubble_ratio"):
+        assert many.metrics[k] == base.metrics[k], k
+    own = CostModel(**{k: v for k, v in one.config["cost"].items() if k != "host_cores"})
+    ev = one.events
+    ends = ev[ev["event"] == "train_end"]
+    ratios = ends["dur_s"].to_numpy() / np.array([own.train_s(int(t), 1) for t in ends["tokens"]])
+    assert np.allclose(ratios, np.round(ratios)) and ratios.min() >= 1 and ratios.max() > 1
+    assert one.metrics["e2e_samples_per_s"] < base.metrics["e2e_samples_per_s"]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
+from dora.errors import InputError
 from dora.profile import FORMAT, TABLES
 from dora.sim.__main__ import main as sim_main
 from dora.sim.__main__ import parser as sim_parser
@@ -119,3 +120,29 @@ def test_bad_profiles_refused(tmp_path, capsys):
     with pytest.raises(InputError, match="mix backends"):
         calibrate(mixed)
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_host_cores_fits_uncontended_costs():
+    """--host-cores: decode steps that overlap a trainer step are left out, and a trainer step that
+    started while k engines decoded is divided by max(1, (k + 1) / cores) before the fit."""
+    prof = synthetic_profile()
+    d = prof["decode_steps"]
+    prof["t0_wall_s"] = 0.0  # decode steps end at t = 0, 1, 2, ... s (relative = absolute here)
+    starts = [100.5] + [400.0 + 10 * i for i in range(7)]  # 8 windows, one per train step
+    starts[1] = float(d["t_s"][300]) - d["dt_s"][300] / 2  # starts while engine 0 decodes step 300
+    prof["train_windows"] = {"t_start_s": starts, "t_end_s": [s + 50.0 if i == 0 else s + 1.0 for i, s in enumerate(starts)]}
+    for i in range(101, 151):  # the engine steps under the first trainer step ran 1.5x slower
+        d["dt_s"][i] *= 1.5
+    prof["train_steps"]["dt_s"][1] *= 2.0  # one engine busy + the trainer on 1 core
+    cost, _ = calibrate([prof], host_cores=1.0)
+    for k, v in TRUE.items():
+        assert getattr(cost, k) == pytest.approx(v, rel=1e-6), k
+    assert cost.host_cores == 1.0
+    plain, _ = calibrate([prof])
+    assert plain.host_cores == 0.0
+    assert plain.train_device_s_per_token != pytest.approx(TRUE["train_device_s_per_token"], rel=1e-3)
+
+
+def test_host_cores_needs_train_windows():
+    with pytest.raises(InputError, match="train_windows"):
+        calibrate([synthetic_profile()], host_cores=2.0)

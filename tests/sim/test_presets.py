@@ -17,8 +17,8 @@ from dora.sim.cost import CostModel
 from dora.sim.presets import HARDWARE, MODELS, derive, instance_devices, main
 from tests.conftest import REPO, write_lengths
 
-# request_latency_s is a property of the executor (RPCs, polling), not of the hardware: presets leave it 0
-COEFFS = [f.name for f in dataclasses.fields(CostModel) if f.name not in ("source", "moe_imbalance_cv", "request_latency_s")]
+# request_latency_s and host_cores belong to the executor (RPCs, polling, a shared host), not the hardware: presets leave them 0
+COEFFS = [f.name for f in dataclasses.fields(CostModel) if f.name not in ("source", "moe_imbalance_cv", "request_latency_s", "host_cores")]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
