@@ -41,7 +41,9 @@ stored in the parquet metadata under `dora.run`.
 
 from __future__ import annotations
 
+import itertools
 import json
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +64,11 @@ _ROW = np.dtype([("t_s", "f8"), ("event", "i2"), ("instance", "i4"), ("trajector
                  ("version", "i4"), ("trainer_version", "i4"), ("tokens", "i8"), ("dur_s", "f8"),
                  ("busy_s", "f8"), ("prefill_s", "f8")])
 _CHUNK = 1 << 16
+# one row as packed bytes, field for field as _ROW (native order, no padding): packing the row
+# tuples with it and viewing the bytes as _ROW gives the array np.fromiter builds, 3x cheaper
+_PACK = struct.Struct("=" + "".join({"f8": "d", "i8": "q", "i4": "i", "i2": "h"}[_ROW.fields[n][0].str[1:]]
+                                     for n in _ROW.names))
+assert _PACK.size == _ROW.itemsize
 
 
 class EventLog:
@@ -116,7 +123,11 @@ class EventLog:
     def _pack(self) -> None:
         rows = self._rows
         if rows:
-            self._chunks.append(np.fromiter(rows, dtype=_ROW, count=len(rows)))
+            try:
+                chunk = np.frombuffer(b"".join(itertools.starmap(_PACK.pack, rows)), dtype=_ROW)
+            except struct.error:  # a value struct takes only after a cast (a float for an integer)
+                chunk = np.fromiter(rows, dtype=_ROW, count=len(rows))
+            self._chunks.append(chunk)
             self._packed += len(rows)
             rows.clear()  # the same list object: appenders stay valid
 

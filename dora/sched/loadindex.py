@@ -3,18 +3,28 @@
 Policies use it to find drained, lightly loaded or busiest-with-room instances of a version
 without scanning the cluster on every event: an update costs O(1), a query walks the load
 buckets (at most max_seqs + 1 of them) instead of the instances.
+
+`free[version]` tallies the slots below each instance's capacity, `cap(inst)` (default: its
+decode slots; dora counts its packing cap instead), taken when the instance is added.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from dora.sched.state import InstView
 
 
+def _slots(inst: InstView) -> int:
+    return inst.max_seqs
+
+
 class LoadIndex:
-    def __init__(self) -> None:
-        self.where: dict[int, tuple[int, int]] = {}  # instance id -> (version, load when indexed)
+    def __init__(self, cap: Callable[[InstView], int] = _slots) -> None:
+        self.cap = cap
+        self.where: dict[int, list[int]] = {}  # instance id -> [version, load as indexed, cap]
         self.buckets: dict[int, dict[int, dict[int, InstView]]] = {}  # version -> load -> {id: inst}
-        self.free: dict[int, int] = {}  # version -> sum of free slots (never below 0 per instance)
+        self.free: dict[int, int] = {}  # version -> sum of cap - load (never below 0 per instance)
 
     def __contains__(self, iid: int) -> bool:
         return iid in self.where
@@ -28,25 +38,31 @@ class LoadIndex:
     def count(self, version: int) -> int:
         return sum(len(b) for b in self.buckets.get(version, {}).values())
 
+    def clear(self) -> None:
+        self.where.clear()
+        self.buckets.clear()
+        self.free.clear()
+
     def add(self, inst: InstView, version: int) -> None:
         if inst.id in self.where:
             self.discard(inst)
         load = inst.load
-        self.where[inst.id] = (version, load)
+        cap = self.cap(inst)
+        self.where[inst.id] = [version, load, cap]
         self.buckets.setdefault(version, {}).setdefault(load, {})[inst.id] = inst
-        self.free[version] = self.free.get(version, 0) + max(inst.max_seqs - load, 0)
+        self.free[version] = self.free.get(version, 0) + max(cap - load, 0)
 
     def discard(self, inst: InstView) -> None:
         at = self.where.pop(inst.id, None)
         if at is None:
             return
-        version, load = at
+        version, load, cap = at
         by_load = self.buckets[version]
         b = by_load[load]
         del b[inst.id]
         if not b:
             del by_load[load]
-        self.free[version] -= max(inst.max_seqs - load, 0)
+        self.free[version] -= max(cap - load, 0)
         if not by_load:
             del self.buckets[version]
             del self.free[version]
@@ -54,10 +70,12 @@ class LoadIndex:
     def update(self, inst: InstView) -> None:
         """The instance's load changed: move it to its new bucket."""
         iid = inst.id
-        version, old = self.where[iid]
+        at = self.where[iid]
+        version, old, S = at
         new = len(inst.active)
         if new == old:
             return
+        at[1] = new
         by_load = self.buckets[version]
         b = by_load[old]
         del b[iid]
@@ -68,9 +86,8 @@ class LoadIndex:
             by_load[new] = {iid: inst}
         else:
             nb[iid] = inst
-        self.where[iid] = (version, new)
-        S = inst.max_seqs
-        self.free[version] += (S - new if new < S else 0) - (S - old if old < S else 0)
+        if new < S or old < S:
+            self.free[version] += (S - new if new < S else 0) - (S - old if old < S else 0)
 
     def at(self, version: int, load: int) -> list[InstView]:
         """Instances of `version` with exactly `load` active trajectories, by id."""

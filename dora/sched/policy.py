@@ -124,6 +124,16 @@ class Policy:
                 out.append(g)
         return out
 
+    def any_overdue(self, inflight: Iterable[GroupView]) -> bool:
+        """`bool(self.overdue(inflight))`, stopping at the first overdue group."""
+        last = self.view.trainer_version - self.eta
+        for g in inflight:
+            if g.version > last:
+                return False
+            if g.state == G_RUNNING:
+                return True
+        return False
+
     def staleness_ok(self, batch: list[GroupView]) -> bool:
         """True when `staleness_excess(batch, <the started, incomplete groups>)` would find
         nothing: by counts per version of the open groups (every k >= 0 must hold the groups
@@ -195,11 +205,10 @@ class Policy:
         """Dispatch all G samples of a group under one version; instances[i] runs sample i."""
         v = self.view
         v.open_group(g, version)
-        out, now, pid, Dispatch = self._out, self.now, g.prompt_id, A.Dispatch
-        for i in range(g.size):  # self.dispatch(...), inlined (hot path)
-            iid = instances[i].id
-            t = v.new_traj(g, i, version, iid, now, pred)
-            out.append(Dispatch(t.id, pid, i, iid, version))
+        tid = v.new_group_trajs(g, version, instances, self.now, pred)
+        out, pid, Dispatch = self._out, g.prompt_id, A.Dispatch
+        for i in range(g.size):  # self.dispatch(...) for each sample (hot path)
+            out.append(Dispatch(tid + i, pid, i, instances[i].id, version))
 
     def migrate(self, traj: int, dst: InstView, kv: bool = True) -> None:
         assert self.view.trajs[traj].state == QUEUED_OR_RUNNING, f"policy bug: trajectory {traj} is in transit"

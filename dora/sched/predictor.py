@@ -18,11 +18,11 @@ import numpy as np
 class LengthPredictor:
     def __init__(self, window: int = 4096, resort_every: int = 128, prior_len: float = 2048.0):
         self.window = window
-        self._ring = np.zeros(window)  # the last `window` lengths (a ring)
+        self._ring = np.zeros(window)  # the last `window` lengths (a ring), as of the last resort
+        self._new: list[int] = []  # lengths seen since then (written to the ring at the next resort)
         self._count = 0  # lengths seen
         self._sorted = np.zeros(0)  # the window, sorted
         self._suffix = np.zeros(1)  # suffix sums of _sorted
-        self._since = 0
         self.resort_every = resort_every
         self.prior_len = prior_len
         self.mates: dict[int, list[int]] = {}
@@ -31,15 +31,15 @@ class LengthPredictor:
 
     def observe(self, prompt_id: int, tokens: int, instance: int, elapsed_s: float) -> None:
         c = self._count
-        self._ring[c % self.window] = tokens
+        new = self._new
+        new.append(tokens)
         self._count = c + 1
         m = self.mates.get(prompt_id)
         if m is None:
             self.mates[prompt_id] = [tokens]
         else:
             m.append(tokens)
-        self._since += 1
-        if self._since >= self.resort_every or c < 64:  # (len(_sorted) < 64 exactly while c < 64)
+        if len(new) >= self.resort_every or c < 64:  # (len(_sorted) < 64 exactly while c < 64)
             self._resort()
         if elapsed_s > 0:
             r = tokens / elapsed_s
@@ -51,8 +51,15 @@ class LengthPredictor:
         self.mates.pop(prompt_id, None)
 
     def _resort(self) -> None:
-        self._since = 0
-        a = np.sort(self._ring[:min(self._count, self.window)])
+        new, w = self._new[-self.window:], self.window
+        if len(new) == 1:
+            self._ring[(self._count - 1) % w] = new[0]
+        else:
+            first = self._count - len(new)
+            self._ring[np.arange(first, self._count) % w] = new
+        self._new.clear()
+        a = self._ring[:min(self._count, w)].copy()
+        a.sort()
         suf = np.zeros(len(a) + 1)
         suf[:-1] = np.cumsum(a[::-1])[::-1]
         self._sorted, self._suffix = a, suf
@@ -71,12 +78,17 @@ class LengthPredictor:
             return generated * 1.5 + 1.0
         return float(self._suffix[i]) / (n - i)
 
+    def mates_median(self, prompt_id: int) -> float | None:
+        """Median length of the finished group-mates (the upper one of an even count), or None."""
+        m = self.mates.get(prompt_id)
+        if not m:
+            return None
+        return float(sorted(m)[len(m) // 2])
+
     def predict_total(self, prompt_id: int, generated: float) -> float:
         m = self.mates.get(prompt_id)
-        if m:
-            srt = sorted(m)
-            med = srt[len(srt) // 2]
-            return max(float(med), generated + 1.0)
+        if m:  # (self.mates_median(prompt_id), inlined)
+            return max(float(sorted(m)[len(m) // 2]), generated + 1.0)
         return self.conditional_mean(generated)
 
     def progress(self, instance: int, elapsed_s: float) -> float:

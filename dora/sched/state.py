@@ -72,14 +72,16 @@ class InstView:
             self.watch(self, old)
 
     def remove(self, t: TrajView) -> None:
-        if self.active.pop(t.id, None) is not None:
-            self.pred_sum -= t.pred
-            self.start_sum -= t.t_start
-            if not self.active:
+        active = self.active
+        if active.pop(t.id, None) is not None:
+            if active:
+                self.pred_sum -= t.pred
+                self.start_sum -= t.t_start
+            else:
                 self.pred_sum = self.start_sum = 0.0  # no drift from float sums
             self.stamp += 1
             if self.watch is not None:
-                self.watch(self, len(self.active) + 1)
+                self.watch(self, len(active) + 1)
 
     @property
     def load(self) -> int:
@@ -101,7 +103,7 @@ class ClusterView:
 
     def __init__(self) -> None:
         self.instances: dict[int, InstView] = {}
-        self.trajs: dict[int, TrajView] = {}
+        self.trajs: list[TrajView] = []  # by id (ids are dense: 0, 1, 2, ...)
         self.groups: dict[int, GroupView] = {}
         self.buffer: OrderedDict[int, GroupView] = OrderedDict()  # complete groups, completion order
         self.buffer_by_version: dict[int, OrderedDict[int, GroupView]] = {}  # the same, per version
@@ -126,22 +128,41 @@ class ClusterView:
                  pred: float = 0.0) -> TrajView:
         t = TrajView(self.next_traj, g.prompt_id, sample_idx, version, instance, now, pred=pred)
         self.next_traj += 1
-        self.trajs[t.id] = t
+        self.trajs.append(t)
         self.instances[instance].add(t)
         g.trajs.append(t.id)
         return t
 
+    def new_group_trajs(self, g: GroupView, version: int, instances: list[InstView], now: float,
+                        pred: float = 0.0) -> int:
+        """`new_traj` for each sample i of `g` on instances[i]; returns the first trajectory id
+        (the others follow in sample order)."""
+        first = tid = self.next_traj
+        trajs, ids, pid = self.trajs, g.trajs, g.prompt_id
+        for i in range(g.size):
+            inst = instances[i]
+            t = TrajView(tid, pid, i, version, inst.id, now, QUEUED_OR_RUNNING, 0, 1, pred)
+            trajs.append(t)
+            inst.add(t)
+            ids.append(tid)
+            tid += 1
+        self.next_traj = tid
+        return first
+
     def finish_traj(self, traj: int, tokens: int, now: float) -> GroupView | None:
         """Record a finished trajectory; return its group if that completed the group."""
         t = self.trajs[traj]
-        if t.state == ABORTED:
+        state = t.state
+        if state == ABORTED:
             return None  # finished while its abort was on the way: discarded
-        if t.state in (QUEUED_OR_RUNNING, MIGRATING):  # it may finish before a migration starts
+        live = state == QUEUED_OR_RUNNING or state == MIGRATING  # it may finish before a migration starts
+        if live:
             self.instances[t.instance].remove(t)
         t.state = FINISHED
         t.tokens = tokens
         g = self.groups[t.prompt_id]
-        if g.state != G_RUNNING or traj not in g.trajs:
+        # a live trajectory is in its group's current attempt (abandon_group drops the live ones)
+        if g.state != G_RUNNING or (not live and traj not in g.trajs):
             return None
         g.finished += 1
         if g.finished == g.size:
@@ -222,7 +243,8 @@ class ClusterView:
             del self.open_versions[version]
 
     def group_trajs(self, g: GroupView) -> list[int]:
-        return [tid for tid in g.trajs if self.trajs[tid].state == FINISHED]
+        trajs = self.trajs
+        return [tid for tid in g.trajs if trajs[tid].state == FINISHED]
 
     def leftovers(self) -> list[tuple[int, int, int, int, str]]:
         """What is still held at the end of a run, for the event log's `leftover` rows:

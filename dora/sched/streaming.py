@@ -37,6 +37,7 @@ class StreamingPolicy(Policy):
         self._heap: list[tuple[float, int, int]] = []  # (pool_key, id, stamp), lazily invalidated
         self._dirty: dict[int, InstView] = {}  # pool instances changed since the heap last saw them
         self.old = LoadIndex()  # alive, not loading, regular instances without the newest version
+        self._admit_cap: int | None = None  # admission_cap(), kept until index_all or cap_changed
 
     # ---- subclass hooks -----------------------------------------------------------------------------
     def is_serving(self, inst: InstView) -> bool:
@@ -56,7 +57,9 @@ class StreamingPolicy(Policy):
         return cost
 
     def admission_cap(self) -> int:
-        """Most untrained groups allowed now: (i + η + 1)·B minus groups trained or training."""
+        """Most untrained groups allowed now: (i + η + 1)·B minus groups trained or training.
+        Read again only after `index_all` (the versions or the trainer's state changed) or
+        `cap_changed` (what an override adds changed)."""
         v = self.view
         done = (v.trainer_version + (1 if v.trainer_busy else 0)) * self.B
         return (v.latest_version + self.eta + 1) * self.B - done
@@ -65,19 +68,39 @@ class StreamingPolicy(Policy):
         """Predicted length of each sample of a group about to start (0: no prediction)."""
         return 0.0
 
+    def cap_changed(self) -> None:
+        """An input of `admission_cap` other than the versions and the trainer's state changed."""
+        self._admit_cap = None
+
     # ---- indexes ------------------------------------------------------------------------------------
     def index_all(self) -> None:
+        self._admit_cap = None
         self.pool.clear()
         self.pool_free = 0
-        self._heap = []
         self._dirty.clear()
-        for inst in self.view.instances.values():
+        self.old.clear()
+        heap = []
+        latest = self.view.latest_version
+        for inst in self.view.instances.values():  # _index(inst) for each, from empty indexes
             inst.watch = self._watch
-            self.old.discard(inst)
-            self._index(inst)
+            if self.is_serving(inst):
+                self.pool[inst.id] = inst
+                free = inst.max_seqs - len(inst.active)
+                if free > 0:
+                    self.pool_free += free
+                    heap.append((self.pool_key(inst), inst.id, inst.stamp))
+            elif self._is_old(inst, latest):
+                self.old.add(inst, max(inst.versions))
+        heapq.heapify(heap)
+        self._heap = heap
 
     def index_instance(self, inst: InstView) -> None:
         self._index(inst)
+
+    @staticmethod
+    def _is_old(inst: InstView, latest: int) -> bool:
+        """Belongs in `old`: alive, not loading, a regular instance without the newest version."""
+        return inst.alive and inst.loading < 0 and not inst.elastic and latest not in inst.versions
 
     def _index(self, inst: InstView) -> None:
         serving = self.is_serving(inst)
@@ -90,25 +113,24 @@ class StreamingPolicy(Policy):
             else:
                 del self.pool[inst.id]
                 self.pool_free -= free
-        latest = self.view.latest_version
-        old = inst.alive and inst.loading < 0 and not inst.elastic and latest not in inst.versions
-        if old:
+        if self._is_old(inst, self.view.latest_version):
             self.old.add(inst, max(inst.versions))
         else:
             self.old.discard(inst)
 
     def _watch(self, inst: InstView, old_load: int) -> None:
+        """One trajectory came or went (InstView.watch): the load moved by one."""
         iid = inst.id
         if iid in self.pool:
             S, new = inst.max_seqs, len(inst.active)
             if new < S or old_load < S:  # free slots changed (an over-full instance counts as 0)
-                self.pool_free += (S - new if new < S else 0) - (S - old_load if old_load < S else 0)
+                self.pool_free += old_load - new
             self._dirty[iid] = inst  # re-keyed at the next placement
-        if iid in self.old.where:
+        elif iid in self.old.where:  # (a serving instance holds the newest version: never old)
             self.old.update(inst)
 
     def _push(self, inst: InstView) -> None:
-        if inst.free_slots() > 0:
+        if inst.max_seqs > len(inst.active):  # free slots
             heap = self._heap
             heapq.heappush(heap, (self.pool_key(inst), inst.id, inst.stamp))
             if len(heap) > 4 * len(self.pool) + 64:
@@ -132,7 +154,8 @@ class StreamingPolicy(Policy):
         picks: list[InstView] = []
         taken: dict[int, int] = {}
         back = []
-        while len(picks) < g.size:
+        left = g.size
+        while left:
             key, iid, stamp = heappop(heap)
             inst = pool.get(iid)
             if inst is None or inst.stamp != stamp:
@@ -142,6 +165,7 @@ class StreamingPolicy(Policy):
                 back.append((key, iid, stamp))
                 continue
             picks.append(inst)
+            left -= 1
             taken[iid] = k + 1
             heappush(heap, (key + step(inst, cost), iid, stamp))
         for e in back:
@@ -153,7 +177,13 @@ class StreamingPolicy(Policy):
         """Start backlogged groups, then sample as many new ones as fit in free slots and the cap."""
         if self.backlog:
             self._start_backlog()
-        room = min(self.pool_free // max(self.G, 1) - len(self.backlog), self.admission_cap() - self.untrained)
+        room = self.pool_free // (self.G or 1) - len(self.backlog)
+        if room > 0:  # (the cap is read only when the slots leave room)
+            cap = self._admit_cap
+            if cap is None:
+                cap = self._admit_cap = self.admission_cap()
+            if cap - self.untrained < room:
+                room = cap - self.untrained
         if room > 0:
             self.requested += room
             self.untrained += room
@@ -199,7 +229,9 @@ class StreamingPolicy(Policy):
         if group_done is not None:
             self.inflight.pop(group_done.prompt_id, None)
         self.after_finish(traj, inst, group_done)
-        self.admit()
+        cap = self._admit_cap
+        if self.backlog or cap is None or cap > self.untrained:  # (else admit would do nothing)
+            self.admit()
 
     def after_finish(self, traj: int, inst: InstView, group_done: GroupView | None) -> None: ...
 

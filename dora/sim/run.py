@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,14 +117,15 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
             print(f"  [{name}] step {step}/{cfg.steps}  simulated {now:,.0f} s  wall {w - wall0:.1f} s",
                   file=sys.stderr, flush=True)
 
-    cluster = Cluster(trace, spec, cfg.cost, policy, cfg.steps, reference=cfg.reference, log=log, progress=report,
-                      faults=cfg.faults, seed=cfg.seed, weights=cfg.weights,
-                      imbalance=ImbalanceProcess(cfg.imbalance, imbalance_cv(cfg, trace), cfg.seed))
-    cluster.run()
-    _log_leftovers(cluster, policy)
-    wall = time.perf_counter() - wall0
-    df = log.to_frame()
-    m = compute_metrics(df, run_info)
+    with _gc_paused():
+        cluster = Cluster(trace, spec, cfg.cost, policy, cfg.steps, reference=cfg.reference, log=log,
+                          progress=report, faults=cfg.faults, seed=cfg.seed, weights=cfg.weights,
+                          imbalance=ImbalanceProcess(cfg.imbalance, imbalance_cv(cfg, trace), cfg.seed))
+        cluster.run()
+        _log_leftovers(cluster, policy)
+        wall = time.perf_counter() - wall0
+        df = log.to_frame()
+        m = compute_metrics(df, run_info)
     m["bound_samples_per_s"] = bound["bound_samples_per_s"]
     m["bound_fraction"] = m["e2e_samples_per_s"] / bound["bound_samples_per_s"]
     m["sim_wall_s"] = wall
@@ -139,6 +142,21 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
         "bound": {k: v for k, v in bound.items()},
     }
     return RunResult(name, config, m, df)
+
+
+@contextmanager
+def _gc_paused():
+    """Pause the cyclic collector from building the cluster to the metrics: the run holds
+    millions of long-lived acyclic objects (trajectories, log rows) that every collection
+    would re-scan (Cluster.run pauses it for the event loop alone; the policy's first
+    admission, the leftovers and the log's packing still paid for it)."""
+    on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if on:
+            gc.enable()
 
 
 def _log_leftovers(cluster: Cluster, policy: Policy) -> None:

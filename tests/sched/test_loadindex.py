@@ -15,9 +15,11 @@ OPS = st.lists(st.tuples(st.sampled_from(["add", "remove", "move", "drop", "read
 
 
 @settings(max_examples=200, deadline=None)
-@given(ops=OPS)
-def test_load_index_matches_recount(ops):
-    idx = LoadIndex()
+@given(ops=OPS, cap=st.sampled_from([0, 1, 2, 5]))
+def test_load_index_matches_recount(ops, cap):
+    """cap 0: the default capacity (decode slots); else LoadIndex(cap=...) tallies cap - load."""
+    idx = LoadIndex(cap=lambda i: cap) if cap else LoadIndex()
+    slots = (lambda i: cap) if cap else (lambda i: i.max_seqs)
     insts = [InstView(i, 4, 1000, 1) for i in range(6)]
     indexed: dict[int, int] = {}
     next_id = 0
@@ -39,7 +41,7 @@ def test_load_index_matches_recount(ops):
         for v in set(indexed.values()) | set(idx.versions()):
             members = [insts[i] for i, vv in indexed.items() if vv == v]
             assert sorted(i.id for i in idx.members(v)) == sorted(i.id for i in members)
-            assert idx.free[v] == sum(max(i.max_seqs - i.load, 0) for i in members)
+            assert idx.free[v] == sum(max(slots(i) - i.load, 0) for i in members)
             for load in idx.loads(v):
                 assert [i.id for i in idx.at(v, load)] == sorted(i.id for i in members if i.load == load)
 

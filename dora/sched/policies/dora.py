@@ -33,10 +33,9 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
 
 from __future__ import annotations
 
-import heapq
-
+from dora.sched.loadindex import LoadIndex
 from dora.sched.predictor import LengthPredictor
-from dora.sched.state import QUEUED_OR_RUNNING, GroupView, InstView
+from dora.sched.state import G_RUNNING, QUEUED_OR_RUNNING, GroupView, InstView
 from dora.sched.streaming import StreamingPolicy
 
 
@@ -50,6 +49,7 @@ class DoraPolicy(StreamingPolicy):
         self.dc = dc
         self.vpi = dc.versions_per_instance
         self.pred = LengthPredictor() if dc.predictor == "history" else None
+        self.old = LoadIndex(cap=self._cap)  # its `free` tallies packing room (`_room`) per version
         self.extra = 0  # supplementation headroom for the current step
         self._last_step_s = 0.0
         self._last_pub = 0.0
@@ -59,21 +59,23 @@ class DoraPolicy(StreamingPolicy):
         self._elastic = [i for i in self.view.instances.values() if i.elastic]
         caps = {self._cap(i) for i in self.view.instances.values() if not i.elastic}
         self._cap_max, self._cap_uniform = max(caps), len(caps) == 1
+        self._room_min = self._cap_max if self._cap_uniform else 1  # room a candidate needs at least
         self.admit()
 
     def is_serving(self, inst: InstView) -> bool:
         # elastic instances serve only while the trainer waits
-        return super().is_serving(inst) and not (inst.elastic and self.view.trainer_busy)
+        return StreamingPolicy.is_serving(self, inst) and not (inst.elastic and self.view.trainer_busy)
 
     def work_left(self, inst: InstView) -> float:
         """Predicted tokens left on an instance: predicted lengths minus estimated progress."""
-        if self.pred is None:
-            return float(inst.load)
+        pred = self.pred
         n = len(inst.active)
+        if pred is None:
+            return float(n)
         if n == 0:
             return 0.0
-        rate = self.pred.rate.get(inst.id, self.pred.global_rate)
-        return max(inst.pred_sum - rate * (n * self.now - inst.start_sum), float(n))
+        left = inst.pred_sum - pred.rate.get(inst.id, pred.global_rate) * (n * self.now - inst.start_sum)
+        return float(n) if n > left else left  # max(left, float(n))
 
     def predict_group(self, g: GroupView) -> float:
         return self.pred.predict_total(g.prompt_id, 0.0) if self.pred is not None else 0.0
@@ -119,12 +121,12 @@ class DoraPolicy(StreamingPolicy):
 
     def _repartition_version(self, ver: int, latest: int) -> None:
         old = self.old
-        drained = old.bucket(ver, 0)
+        drained = old.buckets[ver].get(0)  # old.bucket(ver, 0), inlined (called on most finishes)
         if drained:
-            for inst in sorted(drained, key=lambda i: i.id):
+            for inst in sorted(drained.values(), key=lambda i: i.id):
                 self.load(inst, latest)  # drained: switch now
-        room = self._room_total(ver)
-        if room <= 0 or (self._cap_uniform and room < self._cap_max):
+        room = old.free.get(ver, 0)  # packing room over the version's instances (sum of _room)
+        if room < self._room_min:
             return  # a candidate needs room >= max(cap, its load)
         loads = old.loads(ver)
         share = self.dc.repartition_load
@@ -139,9 +141,7 @@ class DoraPolicy(StreamingPolicy):
                 if room - self._room(inst) < inst.load or not inst.settled():
                     continue
                 room -= self._room(inst) + inst.load
-                peers = self._packing_peers(ver, inst)
-                for tid in list(inst.active):
-                    self.migrate(tid, next(p for p in peers if self._room(p) > 0), kv=self.dc.migrate_kv)
+                self._pack_away(ver, inst)
                 self.load(inst, latest)
                 if self._cap_uniform and room < self._cap_max:
                     return
@@ -153,32 +153,30 @@ class DoraPolicy(StreamingPolicy):
         """Slots an old-version peer still takes migrated tails into (packing cap minus its load)."""
         return max(self._cap(inst) - inst.load, 0)
 
-    def _room_total(self, ver: int) -> int:
-        """Packing room over the old instances of `ver` (only loads below the largest cap have any)."""
-        by_load = self.old.buckets.get(ver)
-        if not by_load:
-            return 0
-        total = 0
-        cap = self._cap_max
-        for load in range(cap):
-            b = by_load.get(load)
-            if not b:
-                continue
-            if self._cap_uniform:
-                total += len(b) * (cap - load)
-            else:
-                total += sum(self._room(i) for i in b.values())
-        return total
+    def _pack_away(self, ver: int, src: InstView) -> None:
+        """Migrate all of `src`'s trajectories, each to the first of `_packing_peers` with room."""
+        peers = iter(self._packing_peers(ver, src, src.load))
+        p = next(peers)
+        for tid in list(src.active):
+            while self._room(p) <= 0:  # (a peer's room only shrinks here: never look back)
+                p = next(peers)
+            self.migrate(tid, p, kv=self.dc.migrate_kv)
 
-    def _packing_peers(self, ver: int, src: InstView) -> list[InstView]:
-        """Same-version instances with packing room, busiest first (ties: lowest id)."""
+    def _packing_peers(self, ver: int, src: InstView, need: int) -> list[InstView]:
+        """Same-version instances with packing room, busiest first (ties: lowest id), as many
+        as take `need` trajectories between them."""
         out = []
         for load in reversed(self.old.loads(ver)):
             if load >= self._cap_max:
                 continue
             for p in self.old.at(ver, load):
-                if p.id != src.id and self._room(p) > 0:
-                    out.append(p)
+                if p.id != src.id:
+                    room = self._room(p)
+                    if room > 0:
+                        out.append(p)
+                        need -= room
+                        if need <= 0:
+                            return out
         return out
 
     def _repartition_multi(self, old: list[InstView], latest: int) -> None:
@@ -203,16 +201,20 @@ class DoraPolicy(StreamingPolicy):
         self.admit()
 
     def after_finish(self, traj: int, inst: InstView, group_done: GroupView | None) -> None:
-        if self.pred is not None:
+        pred = self.pred
+        if pred is not None:
             t = self.view.trajs[traj]
-            self.pred.observe(t.prompt_id, t.tokens, inst.id, self.now - t.t_start)
+            pred.observe(t.prompt_id, t.tokens, inst.id, self.now - t.t_start)
             if group_done is not None:
-                self.pred.forget(group_done.prompt_id)
-        at = self.old.where.get(inst.id)
-        if at is not None and self.vpi == 1:
-            self._repartition_version(at[0], self.view.latest_version)  # only its version's loads changed
-        elif at is not None:
-            self.repartition()
+                pred.forget(group_done.prompt_id)
+        old = self.old
+        at = old.where.get(inst.id)
+        if at is not None:
+            if self.vpi > 1:
+                self.repartition()
+            elif 0 in old.buckets[at[0]] or old.free.get(at[0], 0) >= self._room_min:
+                # only its version's loads changed; (else _repartition_version would do nothing)
+                self._repartition_version(at[0], self.view.latest_version)
 
     def after_aborts(self) -> None:
         self.repartition()
@@ -237,7 +239,7 @@ class DoraPolicy(StreamingPolicy):
         # Fast path for the common wait: an in-flight group that must be in this step (its
         # deadline is now) and may not be regenerated again. In-flight groups are in start
         # order, so versions ascend; the full check below finds the same answer.
-        if any(g.attempts >= self.dc.max_regenerations for g in self.overdue(self.inflight.values())):
+        if self._overdue_for_good():
             return None
         if self.staleness_ok_counts(self.stalest_counts(self.B)):
             return self.stalest_first(self.B)
@@ -249,6 +251,16 @@ class DoraPolicy(StreamingPolicy):
             self.regenerate(g, "stale")
         self.repartition()  # aborts may have drained old instances
         return batch  # the regenerated groups start when it trains (StreamingPolicy.train_batch)
+
+    def _overdue_for_good(self) -> bool:
+        """Some group of `overdue(inflight)` may not be regenerated again (the trainer must wait)."""
+        last, limit = self.view.trainer_version - self.eta, self.dc.max_regenerations
+        for g in self.inflight.values():  # start order: versions ascend
+            if g.version > last:
+                break
+            if g.state == G_RUNNING and g.attempts >= limit:
+                return True
+        return False
 
     def on_trainer_idle(self) -> None:
         """The trainer waits for data: its devices take the new weights (an on-device reshard)
@@ -290,19 +302,25 @@ class DoraPolicy(StreamingPolicy):
     def _plan_supplement(self) -> None:
         """Extra admission headroom when the next batch is predicted to fill late."""
         self.extra = 0
+        self.cap_changed()
         if not self.dc.supplement or self.pred is None or self._last_step_s <= 0:
             return
         horizon = self._last_step_s
-        p, now = self.pred, self.now
+        p, now, trajs = self.pred, self.now, self.view.trajs
+        rates, global_rate = p.rate, p.global_rate
         soon = 0
         for g in self.inflight.values():
             done = True
+            med = p.mates_median(g.prompt_id)  # the same for every sample of the group
             for tid in g.trajs:
-                t = self.view.trajs[tid]
+                t = trajs[tid]
                 if t.state != QUEUED_OR_RUNNING:
                     continue
-                rate = p.rate.get(t.instance, p.global_rate) or 1.0
-                if p.predict_remaining(g.prompt_id, t.instance, now - t.t_start) / rate > horizon:
+                r = rates.get(t.instance, global_rate)
+                # p.predict_remaining(g.prompt_id, t.instance, now - t.t_start), with `med` read once
+                gen = r * (now - t.t_start) if r > 0 else 0.0
+                total = p.conditional_mean(gen) if med is None else max(med, gen + 1.0)
+                if max(total - gen, 1.0) / (r or 1.0) > horizon:
                     done = False
                     break
             soon += done

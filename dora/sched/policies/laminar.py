@@ -110,7 +110,7 @@ class LaminarPolicy(StreamingPolicy):
         pass
 
     def ready_batch(self) -> list[GroupView] | None:
-        if len(self.view.buffer) < self.B or self.overdue(self.inflight.values()):
+        if len(self.view.buffer) < self.B or self.any_overdue(self.inflight.values()):
             return None
         if not self.staleness_ok_counts(self.stalest_counts(self.B)):
             return None  # wait: training now would push an in-flight group past η

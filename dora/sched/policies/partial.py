@@ -95,7 +95,7 @@ class PartialPolicy(Policy):
         regenerated after a failure counts from its restart (without regeneration this is
         the sampling order, as groups start when sampled)."""
         v = self.view
-        if len(v.buffer) < self.B or self.overdue(self._inflight.values()):
+        if len(v.buffer) < self.B or self.any_overdue(self._inflight.values()):
             return None
         # the B first by (version, sampling time): check the versions' counts before sorting
         counts: dict[int, int] = {}
