@@ -13,9 +13,11 @@ training reward and of the score against trained samples and against wall time (
 seeds; thin: each seed).
 
 Defaults (the configuration of the committed results): the 64-wide 2-layer tiny model warm-started
-400 steps, B=16 x G=8, 50 steps, rollout temperature 0.7, AdamW lr 1e-4 with 5 warm-up steps,
-GRPO with the sequence-mean-of-token-means loss; each (policy, seed) is one call under the shared
-lock (`--policy P --seeds 1 --first-seed S --merge`, about 4 minutes each on 2 cores).
+400 steps with half of the supervised answers counting in the wrong direction (so it starts by
+choosing the prompt's direction about half the time, a choice RL learns), B=16 x G=8, 30 steps,
+rollout temperature 0.7, AdamW lr 1e-4 with 5 warm-up steps, GRPO with the sequence-mean-of-token-
+means loss; each (policy, seed) is one call under the shared lock (`--policy P --seeds 1
+--first-seed S --merge`, about 5-7 minutes for sync on 2 cores).
 
   python benchmarks/exec_speedup.py                              # 3 seeds x sync/partial/dora
   python benchmarks/exec_speedup.py --seeds 1 --steps 20         # shrink it
@@ -59,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--merge", action="store_true",
                     help="keep the runs already in --json (same settings) that this call does not redo, so a "
                     "long comparison can run in parts (e.g. one policy and seed per call)")
-    ap.add_argument("--steps", type=int, default=50, help="trainer steps per run (default 50)")
+    ap.add_argument("--steps", type=int, default=30, help="trainer steps per run (default 30)")
     ap.add_argument("--batch-size", type=int, default=16, help="prompt groups per step (default 16)")
     ap.add_argument("--group-size", type=int, default=8, help="samples per prompt (default 8)")
     ap.add_argument("--eta", type=int, default=2, help="staleness bound (default 2)")
@@ -82,6 +84,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-num-seqs", type=int, default=32, help="decode slots per engine (default 32)")
     ap.add_argument("--trainer-threads", type=int, default=1, help="torch CPU threads of the trainer (default 1)")
     ap.add_argument("--warm-start-steps", type=int, default=400, help="SFT steps of the built model (default 400)")
+    ap.add_argument("--warm-start-reverse-frac", type=float, default=0.5,
+                    help="fraction of the built model's SFT answers that count in the other direction, a choice RL "
+                    "then learns (default 0.5)")
     ap.add_argument("--hidden-size", type=int, default=64, help="built model width (default 64)")
     ap.add_argument("--layers", type=int, default=2, help="built model layers (default 2)")
     ap.add_argument("--heads", type=int, default=2, help="built model heads (head_dim = hidden/heads)")
@@ -116,6 +121,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--eval-every and --warmup-steps: must be >= 0, got {args.eval_every}, {args.warmup_steps}")
     if args.warm_start_steps < 0:
         raise InputError(f"--warm-start-steps: must be >= 0, got {args.warm_start_steps}")
+    if not 0.0 <= args.warm_start_reverse_frac < 1.0:
+        raise InputError(f"--warm-start-reverse-frac: must be in [0, 1), got {args.warm_start_reverse_frac}")
     if args.model and not Path(args.model).is_dir():
         raise InputError(f"--model {args.model}: not a directory; omit it to build the tiny model")
     for out in (args.json, args.plot):
@@ -165,12 +172,15 @@ def ensure_model(args: argparse.Namespace) -> str:
     meta = d / "dora_tiny_model.json"
     want = {"warm_start_steps": args.warm_start_steps, "hidden_size": args.hidden_size, "layers": args.layers,
             "heads": args.heads, "intermediate_size": args.intermediate_size}
+    if args.warm_start_reverse_frac:
+        want["warm_start_reverse_frac"] = args.warm_start_reverse_frac
     if meta.is_file() and (d / "build.json").is_file() and json.loads((d / "build.json").read_text()) == want:
         return str(d)
     print(f"building the tiny model in {d} ({args.warm_start_steps} warm-start steps)", file=sys.stderr, flush=True)
     build_tiny_model(d, hidden_size=args.hidden_size, layers=args.layers, heads=args.heads,
                      kv_heads=max(1, args.heads // 2), intermediate_size=args.intermediate_size,
-                     warm_start_steps=args.warm_start_steps, progress=not args.quiet)
+                     warm_start_steps=args.warm_start_steps, progress=not args.quiet,
+                     warm_start_reverse_frac=args.warm_start_reverse_frac)
     (d / "build.json").write_text(json.dumps(want) + "\n")
     return str(d)
 
@@ -361,8 +371,8 @@ def plot(runs: list[dict], path: str, title: str) -> None:
 
 SETTINGS = ("model", "steps", "batch_size", "group_size", "eta", "correction", "lr", "warmup_steps", "aggregation",
             "temperature", "eval_every", "eval_prompts", "eval_samples", "max_new_tokens", "instances",
-            "backend", "local", "max_num_seqs", "trainer_threads", "warm_start_steps", "hidden_size", "layers",
-            "heads", "intermediate_size", "set")
+            "backend", "local", "max_num_seqs", "trainer_threads", "warm_start_steps", "warm_start_reverse_frac",
+            "hidden_size", "layers", "heads", "intermediate_size", "set")
 
 
 def earlier_runs(args: argparse.Namespace, redo: set[tuple[str, int]]) -> tuple[list[dict], list[str]]:

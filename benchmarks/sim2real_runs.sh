@@ -12,7 +12,7 @@ policies=${*:-sync one_step partial laminar dora}
 here=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-$here/.venv/bin/python}
 cd "$here"
-[ -f "$dir/tiny/config.json" ] || $py -m dora.exec.tiny_model --out "$dir/tiny" --warm-start-steps 300 --threads 1
+[ -f "$dir/tiny/config.json" ] || $py -m dora.exec.tiny_model --out "$dir/tiny" --warm-start-steps 300 --warm-start-reverse-frac 0 --threads 1
 for p in $policies; do
   for s in 0 1; do
     d=$([ $s = 0 ] && echo calib || echo fresh)

@@ -58,6 +58,7 @@ def test_summary_speedup_and_staleness(bench):
     (["--steps", "-1"], "--steps: must be >= 1"),
     (["--eta", "-2"], "--eta: must be >= 0"),
     (["--model", "/nonexistent/dir"], "not a directory"),
+    (["--warm-start-reverse-frac", "1"], "--warm-start-reverse-frac: must be in [0, 1)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, argv, message):
     out = tmp_path / "r.json"

@@ -46,6 +46,8 @@ class TrainerConfig:
     bf16: bool = True                # bf16 autocast on CUDA (CPU is always fp32)
     gradient_checkpointing: bool = False  # recompute activations (large models on GPU)
     seed: int = 0
+    temperature: float = 1.0         # log-probs of log_softmax(logits / T): T = the rollout temperature makes the
+                                     # gradient that of the sampling policy (behaviour logprobs must be at T too)
     threads: int = 0                 # torch CPU threads (0: torch's default); 1 when engines share the cores
     snapshot_every: int = 0          # save the weights of every k-th version to snapshot_dir/v{k} (0: never)
     snapshot_dir: str = ""           # for evaluation after the run (benchmarks/exec_speedup.py)
@@ -57,6 +59,8 @@ class TrainerConfig:
             raise InputError(f"threads: must be >= 0, got {self.threads}")
         if self.lr <= 0:
             raise InputError(f"lr: must be > 0, got {self.lr}")
+        if not self.temperature > 0:
+            raise InputError(f"temperature: must be > 0, got {self.temperature}")
         if self.warmup_steps < 0:
             raise InputError(f"warmup_steps: must be >= 0, got {self.warmup_steps}")
         if self.weight_decay < 0:

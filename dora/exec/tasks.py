@@ -146,10 +146,21 @@ def tokenize_prompts(tokenizer, examples: list[Example]) -> list[list[int]]:
     return [list(x) for x in ids]
 
 
-def sft_pairs(tokenizer, examples: list[Example]) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, target response ids ending in <eos>) for supervised warm-start on count prompts."""
+def reversed_answer(answer: str) -> str:
+    """The same numbers in the other order: the wrong direction for the prompt (count reward 0 unless
+    the list has one item)."""
+    return " ".join(reversed(answer.split()))
+
+
+def sft_pairs(tokenizer, examples: list[Example],
+              reverse: list[bool] | None = None) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, target response ids ending in <eos>) for supervised warm-start on count prompts;
+    where reverse[i] is true, example i's target lists its numbers in the other order."""
+    if reverse is not None and len(reverse) != len(examples):
+        raise ValueError(f"sft_pairs: {len(reverse)} reverse flags for {len(examples)} examples")
+    answers = [reversed_answer(e.answer) if reverse and reverse[i] else e.answer for i, e in enumerate(examples)]
     prompts = tokenize_prompts(tokenizer, examples)
-    targets = tokenizer([completion_text(e.answer) for e in examples], add_special_tokens=False)["input_ids"]
+    targets = tokenizer([completion_text(a) for a in answers], add_special_tokens=False)["input_ids"]
     return [(p, list(t) + [tokenizer.eos_token_id]) for p, t in zip(prompts, targets)]
 
 

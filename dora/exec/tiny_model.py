@@ -4,6 +4,9 @@ synthetic counting task.
 
   python -m dora.exec.tiny_model --out /tmp/tiny [--warm-start-steps 400 --threads 1 --eval-prompts 64]
 
+With --warm-start-steps, half of the supervised answers count in the wrong direction by default
+(--warm-start-reverse-frac 0.5), so RL has a choice to learn (benchmarks/exec_speedup.py builds it so).
+
 The directory loads with transformers' AutoModelForCausalLM/AutoTokenizer and with vllm.LLM.
 vLLM's CPU attention needs head_dim = hidden_size / heads in {32, 64, 80, ...}, hence the
 defaults (64 / 2 = 32). --eval-prompts N then samples 4 answers per prompt for N count-task
@@ -49,18 +52,21 @@ def tiny_config(*, hidden_size: int = 64, layers: int = 2, heads: int = 2, kv_he
 def build_tiny_model(out_dir: str | Path, *, hidden_size: int = 64, layers: int = 2, heads: int = 2,
                      kv_heads: int = 1, intermediate_size: int = 128, max_position: int = 4096,
                      seed: int = 0, warm_start_steps: int = 0, dtype: str = "float32",
-                     progress: bool = False) -> Path:
+                     progress: bool = False, warm_start_reverse_frac: float = 0.0) -> Path:
     """Write a tiny HF checkpoint (safetensors + config + tokenizer) to out_dir; return its path.
 
     Deterministic for a seed. With warm_start_steps > 0, first trains that many supervised steps
     on the synthetic counting task (dora.exec.trainer.sft_warm_start), so RL starts from a model
-    that sometimes answers right.
+    that sometimes answers right; with warm_start_reverse_frac > 0 that fraction of the supervised
+    answers count in the other direction (see sft_warm_start).
     """
     import torch
     from transformers import GenerationConfig, Qwen2ForCausalLM
 
     if warm_start_steps < 0:
         raise InputError(f"tiny model: warm_start_steps must be >= 0, got {warm_start_steps}")
+    if not 0.0 <= warm_start_reverse_frac < 1.0:
+        raise InputError(f"tiny model: warm-start reverse fraction must be in [0, 1), got {warm_start_reverse_frac}")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InputError(f"tiny model: --out {out} exists and is not a directory; pass a directory path")
@@ -72,11 +78,14 @@ def build_tiny_model(out_dir: str | Path, *, hidden_size: int = 64, layers: int 
     model.generation_config = GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
                                                do_sample=True, temperature=1.0)
     info: dict = {"seed": seed, "warm_start_steps": warm_start_steps}
+    if warm_start_steps and warm_start_reverse_frac:
+        info["warm_start_reverse_frac"] = warm_start_reverse_frac
     if warm_start_steps:
         from dora.exec.trainer import sft_warm_start
 
         t0 = time.perf_counter()
-        losses = sft_warm_start(model, steps=warm_start_steps, seed=seed, progress=progress)
+        losses = sft_warm_start(model, steps=warm_start_steps, seed=seed, progress=progress,
+                                reverse_frac=warm_start_reverse_frac)
         info.update(warm_start_s=round(time.perf_counter() - t0, 2), warm_start_loss_first=losses[0],
                     warm_start_final_loss=losses[-1])
     if dtype == "bfloat16":
@@ -102,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--warm-start-steps", type=int, default=0,
                     help="supervised steps on the synthetic counting task before saving (default 0)")
+    ap.add_argument("--warm-start-reverse-frac", type=float, default=0.5,
+                    help="fraction of the supervised answers that count in the other direction (default 0.5: the "
+                    "model picks the prompt's direction about half the time, which RL then learns; 0: plain SFT)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch CPU threads (default: torch's choice; 1 is faster on a busy 2-core machine)")
     ap.add_argument("--eval-prompts", type=int, default=0,
@@ -118,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         out = build_tiny_model(args.out, hidden_size=args.hidden_size, layers=args.layers, heads=args.heads,
                                kv_heads=args.kv_heads, intermediate_size=args.intermediate_size,
                                max_position=args.max_position, seed=args.seed, dtype=args.dtype,
-                               warm_start_steps=args.warm_start_steps, progress=True)
+                               warm_start_steps=args.warm_start_steps, progress=True,
+                               warm_start_reverse_frac=args.warm_start_reverse_frac)
         print(f"tiny model written to {out} in {time.perf_counter() - t0:.1f} s")
         if args.eval_prompts:
             print(json.dumps(evaluate_count_task(out, args.eval_prompts)))

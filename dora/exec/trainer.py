@@ -168,7 +168,7 @@ class Trainer:
             mb = mbs[k] if k < len(mbs) else mbs[-1][:1]  # FSDP: every rank runs as many forwards
             with self._autocast():
                 res = forward_logprobs(self.model, [batch[i].prompt_ids + batch[i].response_ids for i in mb],
-                                       [len(batch[i].prompt_ids) for i in mb])
+                                       [len(batch[i].prompt_ids) for i in mb], temperature=self.cfg.temperature)
             if k < len(mbs):
                 for i, lp in zip(mb, res):
                     out[i] = lp.float()
@@ -204,7 +204,7 @@ class Trainer:
             mb = micro[k] if not dummy else micro[-1][:1]
             with self._autocast():
                 logp = forward_logprobs(self.model, [mine[i].prompt_ids + mine[i].response_ids for i in mb],
-                                        [len(mine[i].prompt_ids) for i in mb])
+                                        [len(mine[i].prompt_ids) for i in mb], temperature=self.cfg.temperature)
             logp_flat = torch.cat(logp).float()
             adv_flat = torch.cat([adv[i].expand(len(mine[i].response_ids)) for i in mb]).to(self.device)
             loss, s = ppo_loss(logp_flat, torch.cat([prox[i] for i in mb]), torch.cat([behav[i] for i in mb]),
@@ -444,9 +444,10 @@ def read_data_state(ckpt_dir: str | Path) -> dict:
 @torch.no_grad()
 def hf_rollout(model, tokenizer, prompt_ids: list[list[int]], group_ids: list[int], *, group_size: int,
                max_new_tokens: int, temperature: float = 1.0, seed: int = 0, version: int = 0,
-               batch_size: int = 64) -> list[tuple[Trajectory, str]]:
+               batch_size: int = 64, logprob_temperature: float = 1.0) -> list[tuple[Trajectory, str]]:
     """Sample group_size responses per prompt with transformers generate; behaviour logprobs are the
-    raw-logit log-probs of the sampled tokens (as vLLM reports them). Reward is left at 0.
+    log-probs of the sampled tokens under log_softmax(logits / logprob_temperature) (1: the raw
+    logits, as vLLM reports them; the sampling temperature: the sampling policy's). Reward is left at 0.
 
     Returns (trajectory, completion text) pairs, group by group.
     """
@@ -469,7 +470,7 @@ def hf_rollout(model, tokenizer, prompt_ids: list[list[int]], group_ids: list[in
                              temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
                              eos_token_id=eos, pad_token_id=pad, output_logits=True, return_dict_in_generate=True)
         new = gen.sequences[:, longest:].cpu()
-        logits = torch.stack(gen.logits, dim=1).float().cpu()  # [B, T, V], raw
+        logits = torch.stack(gen.logits, dim=1).float().cpu() / logprob_temperature  # [B, T, V], raw / T
         logp_all = torch.log_softmax(logits, dim=-1).gather(-1, new[..., None]).squeeze(-1)
         for r, (p, g) in enumerate(chunk):
             toks = new[r].tolist()
@@ -487,19 +488,25 @@ def hf_rollout(model, tokenizer, prompt_ids: list[list[int]], group_ids: list[in
 
 def sft_warm_start(model, *, steps: int, seed: int = 0, batch_size: int = 64, lr: float = 3e-3,
                    micro_batch_tokens: int = 4096, tokenizer=None, progress: bool = False,
-                   log_every: int = 50) -> list[float]:
+                   log_every: int = 50, reverse_frac: float = 0.0) -> list[float]:
     """Supervised pass on count-task prompts (cross-entropy on the answer tokens + <eos>).
 
     Prompts come from dora.exec.tasks.count_task with seed + 1_000_003, a stream disjoint from the
-    default RL prompts' seed. Returns the loss of each step.
+    default RL prompts' seed. With reverse_frac > 0, that fraction of the targets (drawn at random)
+    list the numbers in the other order: the model then picks the prompt's direction only about
+    1 - reverse_frac of the time, a choice RL with the count reward can learn. Returns the loss of
+    each step.
     """
     from dora.exec.tasks import count_task, sft_pairs
     from dora.exec.tokenizer import build_tokenizer
 
     tok = tokenizer or build_tokenizer()
     torch.manual_seed(seed)
+    if not 0.0 <= reverse_frac < 1.0:
+        raise InputError(f"warm-start reverse fraction: must be in [0, 1), got {reverse_frac}")
     examples = count_task(steps * batch_size, seed=seed + 1_000_003)
-    pairs = sft_pairs(tok, examples)
+    flips = random.Random(seed + 7).random
+    pairs = sft_pairs(tok, examples, reverse=[flips() < reverse_frac for _ in examples] if reverse_frac else None)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(

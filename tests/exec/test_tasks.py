@@ -163,3 +163,18 @@ def test_examples_for_task_config(tmp_path):
     assert file_cfg.reward_name() == "math"
     with pytest.raises(InputError, match="max_low"):
         build(TaskConfig, {"max_low": -1})
+
+
+def test_sft_pairs_can_reverse_the_direction(tiny_tokenizer):
+    from dora.exec.tasks import reversed_answer, sft_pairs
+
+    ex = count_task(6, seed=2)
+    flags = [True, False] * 3
+    for (p, t), e, f in zip(sft_pairs(tiny_tokenizer, ex, reverse=flags), ex, flags):
+        text = tiny_tokenizer.decode(t, skip_special_tokens=True)
+        assert t[-1] == tiny_tokenizer.eos_token_id
+        assert text.split() == (e.answer.split()[::-1] if f else e.answer.split())
+        assert count_reward(text, e.answer) == (1.0 if not f or len(e.answer.split()) == 1 else 0.0)
+    assert reversed_answer("3 2 1 0") == "0 1 2 3"
+    with pytest.raises(ValueError, match="reverse flags"):
+        sft_pairs(tiny_tokenizer, ex, reverse=[True])

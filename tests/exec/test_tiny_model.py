@@ -97,3 +97,13 @@ def test_eval_score_is_repeatable_and_in_range(tiny_model_dir):
     assert a == b  # same prompts and sampling seed for every call
     assert 0.0 <= a["exact"] <= a["score"] <= 1.0  # an exact answer scores 1
     assert 0 < a["len_mean"] <= 8
+
+
+def test_warm_start_with_reversed_answers(tmp_path):
+    out = build_tiny_model(tmp_path / "rev", warm_start_steps=4, seed=0, warm_start_reverse_frac=0.5)
+    info = json.loads((out / "dora_tiny_model.json").read_text())
+    assert info["warm_start_reverse_frac"] == 0.5
+    plain = build_tiny_model(tmp_path / "plain", warm_start_steps=4, seed=0)
+    assert (out / "model.safetensors").read_bytes() != (plain / "model.safetensors").read_bytes()
+    with pytest.raises(InputError, match="reverse fraction"):
+        build_tiny_model(tmp_path / "bad", warm_start_steps=2, warm_start_reverse_frac=1.0)

@@ -252,3 +252,26 @@ def test_step_reports_ess_and_clip_fraction(tiny_model_dir):
         assert 0.0 <= st["is_truncated_frac"] <= 1.0
         # two epochs: the second pass sees pi_theta != pi_prox, so some tokens leave the clip range
         assert st["kl_theta_prox"] > 0
+
+
+def test_trainer_scores_at_its_temperature(tiny_model_dir, tiny_tokenizer):
+    """TrainerConfig.temperature: the trainer's log-probs are log_softmax(logits / T), equal to those
+    hf_rollout reports with logprob_temperature=T (the sampling policy's); T <= 0 is refused."""
+    from dora.config import build
+
+    ex = count_task(2, seed=4)
+    ids = tokenize_prompts(tiny_tokenizer, ex)
+    trainer = Trainer(tiny_model_dir, TrainerConfig(device="cpu", temperature=0.7))
+    rolled = hf_rollout(trainer.model, tiny_tokenizer, ids, [0, 1], group_size=2, max_new_tokens=8, seed=3,
+                        temperature=0.7, logprob_temperature=0.7)
+    batch = [t for t, _ in rolled]
+    for t, lp in zip(batch, trainer.proximal_logprobs(batch)):
+        assert torch.allclose(lp.cpu(), torch.tensor(t.behaviour_logprobs), atol=1e-4)
+    raw = hf_rollout(trainer.model, tiny_tokenizer, ids, [0, 1], group_size=2, max_new_tokens=8, seed=3,
+                     temperature=0.7)
+    assert [t.response_ids for t, _ in raw] == [t.response_ids for t in batch]  # same samples, other logprobs
+    assert not torch.allclose(torch.tensor(raw[0][0].behaviour_logprobs), torch.tensor(batch[0].behaviour_logprobs))
+    from dora.errors import InputError
+
+    with pytest.raises(InputError, match="temperature"):
+        build(TrainerConfig, {"temperature": 0})
