@@ -460,6 +460,10 @@ class Cluster:
             self._notifying[s.traj] = (s, inst, self._fail_epoch[inst.id])
             self._scheduler_for(inst.id)(now + self._latency, 2, lambda _: self._notify(s.traj))
             return
+        self._finished(s, inst, now)
+
+    def _finished(self, s: Seq, inst: Instance, now: float) -> None:
+        """Log the finish and tell the policy."""
         traj = s.traj
         self._row((now, self._finish_code, inst.id, traj, s.prompt_id, s.version, -1, s.made,
                    now - s.t_start, s.busy, s.prefill_s))
@@ -484,11 +488,7 @@ class Cluster:
             self.where.pop(traj, None)
             return
         s.stop = ""  # a migration asked meanwhile came too late: it finished where it was
-        self._row((now, self._finish_code, inst.id, traj, s.prompt_id, s.version, -1, s.made,
-                   now - s.t_start, s.busy, s.prefill_s))
-        del self.seqs[traj]
-        self.where.pop(traj, None)
-        self.deliver(E.TrajectoryFinished(traj, inst.id, self.rlen[traj]))
+        self._finished(s, inst, now)
 
     def _on_stopped(self, s: Seq, inst: Instance) -> None:
         now = self.env.now
