@@ -255,9 +255,7 @@ class Cluster:
 
     def _redraw(self, now: float) -> None:
         self._moe = self.imbalance.next(self._moe)
-        f = self._moe * self._strag * self._host_g
-        for inst in self.instances:
-            inst.request_slowdown(float(f[inst.id]), now)
+        self._apply_slowdowns(now)
         self._redraw_later(now + self.imbalance.cfg.redraw_s)
 
     # ---- faults --------------------------------------------------------------------------------
@@ -426,7 +424,11 @@ class Cluster:
         if g == self._host_g:
             return
         self._host_g = g
-        f = self._moe * self._strag * g
+        self._apply_slowdowns(now)
+
+    def _apply_slowdowns(self, now: float) -> None:
+        """Each instance's speed factor: MoE imbalance x straggler x shared-host contention."""
+        f = self._moe * self._strag * self._host_g
         for inst in self.instances:
             inst.request_slowdown(float(f[inst.id]), now)
 
