@@ -8,6 +8,7 @@ events/actions and the actors, writing the same event log as the simulator:
   Migrate        -> abort on the source, resume prompt + generated tokens on the destination
                     (no KV transfer between engines yet: the re-prefill is logged)
   Abort          -> abort on the engine; its tokens are waste
+  ReadKV         -> each engine's KV tokens in use (prompt + generated of running requests), KVRead
   LoadVersion    -> the trainer's weights for that version, loaded in-process ('drain' or
                     'interrupt': continue in-flight requests under the new version)
   Train          -> the groups' trajectories with rewards to the trainer actor; on return,
@@ -238,6 +239,8 @@ class Orchestrator:
             self._load(a, now)
         elif t is A.Train:
             self._train(a, now)
+        elif t is A.ReadKV:
+            self.deliver(E.KVRead(self._kv_in_use()))
         else:
             raise TypeError(f"unknown action {a!r}")
 
@@ -457,6 +460,21 @@ class Orchestrator:
         return {"version": self.version, "next_draw": self.next_draw,
                 "trained_groups": sorted(p for ver, ps in self.trained_at.items() if ver <= self.version for p in ps),
                 "buffer": sorted(int(p) for p in v.buffer), "policy": self.name}
+
+    def _kv_in_use(self) -> tuple[int, ...]:
+        """Each engine's KV-cache tokens in use (0 for a dead one)."""
+        refs = {i: self.engines[i].kv_in_use.remote() for i in range(len(self.engines))
+                if i not in self.dead and i not in self.dying}
+        used = []
+        for i in range(len(self.engines)):
+            n = 0
+            if i in refs:
+                try:
+                    n = self.ray.get(refs[i])
+                except self.dead_errors as e:
+                    self.dying[i] = f"actor died ({type(e).__name__})"
+            used.append(n)
+        return tuple(used)
 
     # ---- faults -----------------------------------------------------------------------------------------
     def _live_on(self, inst: int) -> list[int]:

@@ -32,10 +32,16 @@ class LaminarConfig:
     repack_occupancy: float = 0.25  # an instance below this share of its slots is under-occupied
     repack_interval_s: float = 5.0  # how often the rollout manager checks for repack
     repack_kv: bool = False  # repacked trajectories carry their KV (False: destination re-prefills)
+    repack_kv_fill: float = 1.0  # a destination may end with at most this share of its KV cache in use
+    repack_batch: int = 0  # a destination may end with at most this many sequences (0: its decode slots)
 
     def validate(self) -> None:
         if not 0 < self.repack_occupancy <= 1:
             raise InputError(f"repack_occupancy: must be in (0, 1], got {self.repack_occupancy}")
+        if not 0 < self.repack_kv_fill <= 1:
+            raise InputError(f"repack_kv_fill: must be in (0, 1], got {self.repack_kv_fill}")
+        if self.repack_batch < 0:
+            raise InputError(f"repack_batch: must be >= 0 (0: the decode slots), got {self.repack_batch}")
         if self.repack_interval_s <= 0:
             raise InputError(f"repack_interval_s: must be > 0, got {self.repack_interval_s}")
 

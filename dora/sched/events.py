@@ -46,6 +46,14 @@ class GroupsSampled:
 
 
 @dataclass(slots=True)
+class KVRead:
+    """Answer to ReadKV: KV-cache tokens held on each instance now, in ClusterStarted's order
+    (running sequences only; a failed instance holds 0)."""
+
+    used: tuple[int, ...]
+
+
+@dataclass(slots=True)
 class TrajectoryFinished:
     """A trajectory produced its last token. `tokens` is its whole response length."""
 
@@ -97,6 +105,6 @@ class InstanceRecovered:
 
 
 Event = (
-    ClusterStarted | GroupsSampled | TrajectoryFinished | TrajectoryLost | MigrationDone
+    ClusterStarted | GroupsSampled | KVRead | TrajectoryFinished | TrajectoryLost | MigrationDone
     | WeightsLoaded | VersionPublished | InstanceFailed | InstanceRecovered
 )

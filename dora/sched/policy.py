@@ -43,9 +43,11 @@ class Policy:
         self._out: list[A.Action] = []
         self._training: list[GroupView] = []
         self.now = 0.0
+        self._kv_wanted = False
         self._handlers = {
             E.ClusterStarted: self._cluster_started,
             E.GroupsSampled: self._groups_sampled,
+            E.KVRead: self._kv_read,
             E.TrajectoryFinished: self._traj_finished,
             E.TrajectoryLost: self._traj_lost,
             E.MigrationDone: self._migration_done,
@@ -60,6 +62,9 @@ class Policy:
         self.now = now
         self._out = []
         self._handlers[type(event)](event)
+        if self._kv_wanted:
+            self._kv_wanted = False
+            self._out.append(A.ReadKV())
         return self._out
 
     def config_dict(self) -> dict:
@@ -75,6 +80,7 @@ class Policy:
     # ---- hooks (override) ----------------------------------------------------------------------
     def on_start(self) -> None: ...
     def on_groups(self, groups: list[GroupView], reason: str) -> None: ...
+    def on_kv(self, used: dict[int, int]) -> None: ...
     def on_finished(self, traj: int, inst: InstView, group_done: GroupView | None) -> None: ...
     def on_loaded(self, inst: InstView, version: int) -> None: ...
     def on_published(self, version: int) -> None: ...
@@ -196,6 +202,11 @@ class Policy:
             self._pending_reason = reason
             self._out.append(A.SampleGroups(count, reason))
 
+    def read_kv(self) -> None:
+        """Ask the body for every instance's KV-cache use; `on_kv` gets it once this event's
+        other actions are applied (ReadKV goes last)."""
+        self._kv_wanted = True
+
     def dispatch(self, g: GroupView, sample_idx: int, inst: InstView, version: int, pred: float = 0.0) -> int:
         t = self.view.new_traj(g, sample_idx, version, inst.id, self.now, pred)
         self._out.append(A.Dispatch(t.id, g.prompt_id, sample_idx, inst.id, version))
@@ -275,6 +286,12 @@ class Policy:
         if self.G == 0 and gs:
             self.G = gs[0].size
         self.on_groups(gs, getattr(self, "_pending_reason", "batch"))
+
+    def _kv_read(self, ev: E.KVRead) -> None:
+        ids = list(self.view.instances)
+        if len(ev.used) != len(ids):
+            raise ValueError(f"KVRead has {len(ev.used)} readings for {len(ids)} instances")
+        self.on_kv(dict(zip(ids, ev.used)))
 
     def _traj_finished(self, ev: E.TrajectoryFinished) -> None:
         g = self.view.finish_traj(ev.traj, ev.tokens, self.now)

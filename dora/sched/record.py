@@ -16,7 +16,7 @@ from dora.sched import actions as A
 from dora.sched import events as E
 from dora.sched.policy import Policy
 
-_EVENTS = {c.__name__: c for c in (E.ClusterStarted, E.GroupsSampled, E.TrajectoryFinished, E.TrajectoryLost,
+_EVENTS = {c.__name__: c for c in (E.ClusterStarted, E.GroupsSampled, E.KVRead, E.TrajectoryFinished, E.TrajectoryLost,
                                    E.MigrationDone, E.WeightsLoaded, E.VersionPublished, E.InstanceFailed,
                                    E.InstanceRecovered)}
 _NESTED = {"instances": E.InstanceSpec, "groups": E.GroupSpec}
@@ -40,6 +40,8 @@ def decode_event(d: dict) -> E.Event:
     for key, sub in _NESTED.items():
         if key in d:
             d[key] = tuple(sub(**{k: v for k, v in x.items() if k != "type"}) for x in d[key])
+    if "used" in d:
+        d["used"] = tuple(d["used"])
     return cls(**d)
 
 

@@ -341,6 +341,8 @@ class Cluster:
             self._abort(a, now)
         elif t is A.RegenerateGroup:
             self.log.add(now, "regenerate", prompt_id=a.prompt_id, tokens=self.data.G, detail=a.reason)
+        elif t is A.ReadKV:
+            self.deliver(E.KVRead(tuple(i.kv_used(now) for i in self.instances)))
         else:
             raise TypeError(f"unknown action {a!r}")
 

@@ -152,6 +152,17 @@ class Instance:
             j += 1
         return j
 
+    def kv_used(self, now: float) -> int:
+        """KV-cache tokens held at `now` by the running sequences (waiting ones hold none yet)."""
+        if not self.alive:
+            return 0
+        if self.n == 0 or self.loading >= 0 or now <= self.T0:
+            return self.C
+        j = min(self.steps_by(now), self.pending_j)
+        if self.T(j) > now:
+            j -= 1  # step j is still under way
+        return self.C + self.n * j
+
     # ---- requests from the cluster -------------------------------------------------------------
     def busy_now(self) -> bool:
         return self.n > 0 or self.loading >= 0

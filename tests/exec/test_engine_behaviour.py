@@ -112,3 +112,17 @@ def test_stats_for_calibration(engine_pair, collect):
     t, running, ctx, prefill, decode, dt = busy[-1]
     assert ctx >= running * len(PROMPT) and decode >= 1
     assert s["weight_loads"] and s["generated_tokens"] > 0
+
+
+def test_kv_in_use_counts_running_requests_only(engine_pair, wait_tokens):
+    """What KVRead reports for an engine: prompt + generated tokens of its running requests;
+    a request held for a version not loaded yet holds no KV."""
+    e = engine_pair.a
+    e.submit(req("kv-run", 800, e.version))
+    e.submit(req("kv-held", 10, e.version + 1))
+    before = wait_tokens(e, "kv-run", 3)
+    used = e.kv_in_use()
+    after = e.peek("kv-run")
+    assert len(PROMPT) + len(before.token_ids) <= used <= len(PROMPT) + len(after.token_ids)
+    assert e.abort("kv-run") is not None and e.abort("kv-held") is not None
+    assert e.kv_in_use() == 0

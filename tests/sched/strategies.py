@@ -78,7 +78,9 @@ def _policy_knobs(draw, policy: str) -> dict:
     if policy == "laminar":
         return {"laminar": {"repack": draw(st.booleans()), "repack_kv": draw(st.booleans()),
                             "repack_occupancy": draw(st.sampled_from([0.1, 0.25, 1.0])),
-                            "repack_interval_s": draw(st.sampled_from([0.5, 5.0]))}}
+                            "repack_interval_s": draw(st.sampled_from([0.5, 5.0])),
+                            "repack_kv_fill": draw(st.sampled_from([0.5, 1.0])),
+                            "repack_batch": draw(st.sampled_from([0, 2, 64]))}}
     if policy == "dora":
         return {"dora": {"versions_per_instance": draw(st.integers(1, 3)),
                          "migrate_kv": draw(st.booleans()), "supplement": draw(st.booleans()),

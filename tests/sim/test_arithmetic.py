@@ -140,3 +140,40 @@ def test_shared_host_factor_counts_the_engines_holding_work(small_trace):
     ratios = ends["dur_s"].to_numpy() / np.array([own.train_s(int(t), 1) for t in ends["tokens"]])
     assert np.allclose(ratios, np.round(ratios)) and ratios.min() >= 1 and ratios.max() > 1
     assert one.metrics["e2e_samples_per_s"] < base.metrics["e2e_samples_per_s"]
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_kv_reading_mid_run(tmp_path, monkeypatch, reference):
+    """KVRead between boundaries: prompt + the steps done by then, for each running sequence.
+
+    Two instances with one slot each run the samples of one group (responses 3 and 50, prompts
+    of 10). The 3-token result reaches the policy L = 0.025 s after its last token, which asks
+    for a reading then. Instance 0 holds nothing; instance 1 has done the steps that end by
+    T(3) + L, where a step of one sequence at context 10+j takes a + b + c*(10+j) after a
+    prefill of p*10: steps 4 and 5 end by then, step 6 does not, so it holds 10 + 5 tokens."""
+    from dora.sched.policies import POLICIES
+
+    L = 0.025
+    step = [A + B_SEQ + C_CTX * (10 + j) for j in range(60)]
+    t3 = P_TOK * 10 + sum(step[:3])
+    assert t3 + sum(step[3:5]) < t3 + L < t3 + sum(step[3:6])
+    readings: list[tuple[float, tuple]] = []
+
+    class Reading(POLICIES["sync"]):
+        def on_finished(self, traj, inst, group_done):
+            super().on_finished(traj, inst, group_done)
+            self.read_kv()
+
+        def on_kv(self, used):
+            readings.append((self.now, tuple(used.values())))
+
+    monkeypatch.setitem(POLICIES, "sync", Reading)
+    trace = write_lengths(tmp_path / "two.parquet", [[3, 50]], prompt_len=10)
+    cfg = small_config(trace, **{"steps": 2, "cluster.instances": 2, "cluster.trainer_devices": 1,
+                                 "cluster.max_seqs": 1, "cluster.kv_tokens": 1000, "policy.batch_size": 1,
+                                 "policy.eta": 1, "policy.sync.colocated": False, "reference": reference,
+                                 "cost": {**COST, "request_latency_s": L}})
+    simulate(load_trace(trace), cfg, "sync", progress=False)
+    now, used = readings[0]
+    assert now == pytest.approx(t3 + L, rel=1e-12)
+    assert used == (0, 15)

@@ -51,6 +51,9 @@ class EngineActor:
     def running_ids(self) -> list[str]:
         return self.engine.running_ids()
 
+    def kv_in_use(self) -> int:
+        return self.engine.kv_in_use()
+
     def stats(self) -> dict[str, Any]:
         return self.engine.get_stats()
 

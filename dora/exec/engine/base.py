@@ -333,6 +333,17 @@ class RolloutEngine(ABC):
         with self._book:
             return sorted(self._reqs)
 
+    def kv_in_use(self) -> int:
+        """KV-cache tokens of the running requests: prompt + generated so far (held ones hold none)."""
+        with self._book:
+            ids = [r for r in self._reqs if r not in self._held]
+        total = 0
+        for rid in ids:
+            live = self._live_of(rid)
+            if live is not None:
+                total += len(live.req.prompt_ids) + len(live.token_ids)
+        return total
+
     def num_running(self) -> int:
         with self._book:
             return len(self._reqs) - len(self._held)

@@ -6,9 +6,12 @@ Mechanism (Laminar, arXiv 2510.12633):
   soon as it has none: no global barrier, the trainer never waits for the broadcast.
 - New prompt groups go only to instances already on the newest version, so instances on
   an older version drain and refresh.
-- Repack: the rollout manager periodically finds instances of an older version whose
-  occupancy fell below a threshold (long tails only) and moves their trajectories onto the
-  fewest same-version instances that can hold them; the emptied instances refresh at once.
+- Repack (Laminar §5.2, Algorithm 1): every few seconds and after each update the rollout
+  manager reads every instance's KV-cache use. Instances of an older version are ramping
+  down (they take no new groups); each under-occupied one (a source), least KV first, moves
+  all its trajectories onto the single same-version instance that ends fullest while it can
+  still hold them: KV within the cache (CanFit) and batch within a bound B (a roofline
+  batch; default the decode slots). The emptied instance refreshes at once.
 - The trainer takes complete groups oldest version first; it waits rather than let any
   group exceed η (`Policy.staleness_excess`): bounded staleness without dropping data.
 """
@@ -29,6 +32,8 @@ class LaminarPolicy(StreamingPolicy):
         self.repack_occ = lc.repack_occupancy
         self.repack_interval = lc.repack_interval_s
         self.repack_kv = lc.repack_kv
+        self.repack_kv_fill = lc.repack_kv_fill
+        self.repack_batch = lc.repack_batch
         self._last_repack = -1e18
 
     def on_start(self) -> None:
@@ -61,50 +66,65 @@ class LaminarPolicy(StreamingPolicy):
         self.admit()
 
     def repack(self, force: bool = False) -> None:
-        """Consolidate long tails of older versions onto few instances; refresh the emptied ones."""
+        """Every repack_interval_s and after each publication: if an older-version instance is
+        under-occupied, read the instances' KV-cache use; `on_kv` then packs."""
         if not self.repack_on or (not force and self.now - self._last_repack < self.repack_interval):
             return
         self._last_repack = self.now
-        latest = self.view.latest_version
-        for ver in self.old.versions():
-            empties = self.old.bucket(ver, 0)  # drained, refreshing: neither sources nor destinations
-            if self.old.count(ver) - len(empties) < 2:
-                continue
-            empty_room = sum(max(i.free_slots(), 0) for i in empties)
-            for load in self.old.loads(ver):
-                if load == 0:
-                    continue
-                if load > self.repack_occ * self._slots:
-                    break
-                for src in self.old.at(ver, load):
-                    if src.load > self.repack_occ * src.max_seqs:
-                        continue
-                    if src.id not in self.old or not src.settled():
-                        continue  # already emptied, or took repacked trajectories in this pass
-                    n = src.load
-                    if self.old.free[ver] - empty_room - max(src.free_slots(), 0) < n:
-                        continue
-                    dsts = self._busiest_with_room(ver, src, n)
-                    for tid in list(src.active):
-                        dst = next(d for d in dsts if d.free_slots() > 0)
-                        self.migrate(tid, dst, kv=self.repack_kv)
-                    self.load(src, latest)
+        if any(self._sources(ver) for ver in self.old.versions()):
+            self.read_kv()
 
-    def _busiest_with_room(self, ver: int, src: InstView, n: int) -> list[InstView]:
-        """Instances of `ver` other than `src` with free slots, busiest first (ties: lowest id),
-        enough of them to take n trajectories."""
-        out: list[InstView] = []
-        room = 0
-        for load in reversed(self.old.loads(ver)):
+    def _sources(self, ver: int) -> list[InstView]:
+        """Under-occupied instances of `ver` (some work, at most repack_occupancy of the slots),
+        when `ver` has another instance that could take their work."""
+        busy = self.old.count(ver) - sum(1 for _ in self.old.bucket(ver, 0))
+        if busy < 2:
+            return []
+        out = []
+        for load in self.old.loads(ver):
             if load == 0:
+                continue
+            if load > self.repack_occ * self._slots:
                 break
-            for d in self.old.at(ver, load):
-                if d.id != src.id and d.free_slots() > 0:
-                    out.append(d)
-                    room += d.free_slots()
-            if room >= n:
-                break
+            out.extend(i for i in self.old.at(ver, load) if i.load <= self.repack_occ * i.max_seqs)
         return out
+
+    def on_kv(self, used: dict[int, int]) -> None:
+        """Laminar's repack: each source, least KV first, moves whole onto the destination of
+        its version that ends fullest while it can hold it (KV within repack_kv_fill of the
+        cache, batch within the destination's bound); the emptied source refreshes."""
+        latest = self.view.latest_version
+        fill = self.repack_kv_fill
+        for ver in self.old.versions():
+            sources = self._sources(ver)
+            if not sources:
+                continue
+            members = sorted((i for i in self.old.members(ver) if i.load > 0), key=lambda i: i.id)
+            kv = {i.id: used[i.id] for i in members}
+            emptied: set[int] = set()
+            for src in sorted(sources, key=lambda i: (kv[i.id], i.id)):
+                if not src.settled():
+                    continue  # took repacked trajectories in this pass: a destination now
+                need, n = kv[src.id], src.load
+                best, best_kv = None, -1
+                for d in members:
+                    if d is src or d.id in emptied:
+                        continue
+                    after = kv[d.id] + need
+                    if after > fill * d.kv_tokens or d.load + n > self._batch_bound(d) or after <= best_kv:
+                        continue
+                    best, best_kv = d, after  # members are in id order: ties keep the lowest id
+                if best is None:
+                    continue
+                for tid in list(src.active):
+                    self.migrate(tid, best, kv=self.repack_kv)
+                kv[best.id] = best_kv
+                emptied.add(src.id)
+                self.load(src, latest)
+
+    def _batch_bound(self, inst: InstView) -> int:
+        b = self.repack_batch
+        return min(b, inst.max_seqs) if b > 0 else inst.max_seqs
 
     def on_migrated(self, traj: int, src: int, dst: int) -> None:
         pass
