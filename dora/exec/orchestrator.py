@@ -8,7 +8,7 @@ events/actions and the actors, writing the same event log as the simulator:
   Migrate        -> abort on the source, resume prompt + generated tokens on the destination
                     (no KV transfer between engines yet: the re-prefill is logged)
   Abort          -> abort on the engine; its tokens are waste
-  ReadKV         -> each engine's KV tokens in use (prompt + generated of running requests), KVRead
+  ReadKV         -> the engines' KV tokens in use (prompt + generated of running requests), KVRead
   LoadVersion    -> the trainer's weights for that version, loaded in-process ('drain' or
                     'interrupt': continue in-flight requests under the new version)
   Train          -> the groups' trajectories with rewards to the trainer actor; on return,
@@ -240,7 +240,7 @@ class Orchestrator:
         elif t is A.Train:
             self._train(a, now)
         elif t is A.ReadKV:
-            self.deliver(E.KVRead(self._kv_in_use()))
+            self.deliver(E.KVRead(a.instances, self._kv_in_use(a.instances)))
         else:
             raise TypeError(f"unknown action {a!r}")
 
@@ -461,12 +461,12 @@ class Orchestrator:
                 "trained_groups": sorted(p for ver, ps in self.trained_at.items() if ver <= self.version for p in ps),
                 "buffer": sorted(int(p) for p in v.buffer), "policy": self.name}
 
-    def _kv_in_use(self) -> tuple[int, ...]:
-        """Each engine's KV-cache tokens in use (0 for a dead one)."""
-        refs = {i: self.engines[i].kv_in_use.remote() for i in range(len(self.engines))
+    def _kv_in_use(self, instances: tuple[int, ...]) -> tuple[int, ...]:
+        """These engines' KV-cache tokens in use (0 for a dead one)."""
+        refs = {i: self.engines[i].kv_in_use.remote() for i in instances
                 if i not in self.dead and i not in self.dying}
         used = []
-        for i in range(len(self.engines)):
+        for i in instances:
             n = 0
             if i in refs:
                 try:

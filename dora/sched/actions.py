@@ -17,8 +17,10 @@ class SampleGroups:
 
 @dataclass(slots=True)
 class ReadKV:
-    """Report the KV-cache tokens in use on every instance; the body answers with KVRead at once.
+    """Report the KV-cache tokens in use on these instances; the body answers with KVRead at once.
     A policy emits it last (`Policy.read_kv`), so the reading sees all its other actions applied."""
+
+    instances: tuple[int, ...]
 
 
 @dataclass(slots=True)

@@ -47,9 +47,10 @@ class GroupsSampled:
 
 @dataclass(slots=True)
 class KVRead:
-    """Answer to ReadKV: KV-cache tokens held on each instance now, in ClusterStarted's order
+    """Answer to ReadKV: KV-cache tokens held now on each instance asked for, in the order asked
     (running sequences only; a failed instance holds 0)."""
 
+    instances: tuple[int, ...]
     used: tuple[int, ...]
 
 

@@ -43,7 +43,7 @@ class Policy:
         self._out: list[A.Action] = []
         self._training: list[GroupView] = []
         self.now = 0.0
-        self._kv_wanted = False
+        self._kv_wanted: set[int] = set()
         self._handlers = {
             E.ClusterStarted: self._cluster_started,
             E.GroupsSampled: self._groups_sampled,
@@ -63,8 +63,8 @@ class Policy:
         self._out = []
         self._handlers[type(event)](event)
         if self._kv_wanted:
-            self._kv_wanted = False
-            self._out.append(A.ReadKV())
+            self._out.append(A.ReadKV(tuple(sorted(self._kv_wanted))))
+            self._kv_wanted = set()
         return self._out
 
     def config_dict(self) -> dict:
@@ -202,10 +202,10 @@ class Policy:
             self._pending_reason = reason
             self._out.append(A.SampleGroups(count, reason))
 
-    def read_kv(self) -> None:
-        """Ask the body for every instance's KV-cache use; `on_kv` gets it once this event's
-        other actions are applied (ReadKV goes last)."""
-        self._kv_wanted = True
+    def read_kv(self, instances: Iterable[int]) -> None:
+        """Ask the body for these instances' KV-cache use; `on_kv` gets it once this event's
+        other actions are applied (one ReadKV, last)."""
+        self._kv_wanted.update(instances)
 
     def dispatch(self, g: GroupView, sample_idx: int, inst: InstView, version: int, pred: float = 0.0) -> int:
         t = self.view.new_traj(g, sample_idx, version, inst.id, self.now, pred)
@@ -288,10 +288,9 @@ class Policy:
         self.on_groups(gs, getattr(self, "_pending_reason", "batch"))
 
     def _kv_read(self, ev: E.KVRead) -> None:
-        ids = list(self.view.instances)
-        if len(ev.used) != len(ids):
-            raise ValueError(f"KVRead has {len(ev.used)} readings for {len(ids)} instances")
-        self.on_kv(dict(zip(ids, ev.used)))
+        if len(ev.used) != len(ev.instances):
+            raise ValueError(f"KVRead has {len(ev.used)} readings for {len(ev.instances)} instances")
+        self.on_kv(dict(zip(ev.instances, ev.used)))
 
     def _traj_finished(self, ev: E.TrajectoryFinished) -> None:
         g = self.view.finish_traj(ev.traj, ev.tokens, self.now)

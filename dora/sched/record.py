@@ -40,8 +40,9 @@ def decode_event(d: dict) -> E.Event:
     for key, sub in _NESTED.items():
         if key in d:
             d[key] = tuple(sub(**{k: v for k, v in x.items() if k != "type"}) for x in d[key])
-    if "used" in d:
-        d["used"] = tuple(d["used"])
+    for key in ("instances", "used"):
+        if key in d and not isinstance(d[key], tuple):
+            d[key] = tuple(d[key])
     return cls(**d)
 
 

@@ -342,7 +342,8 @@ class Cluster:
         elif t is A.RegenerateGroup:
             self.log.add(now, "regenerate", prompt_id=a.prompt_id, tokens=self.data.G, detail=a.reason)
         elif t is A.ReadKV:
-            self.deliver(E.KVRead(tuple(i.kv_used(now) for i in self.instances)))
+            insts = self.instances
+            self.deliver(E.KVRead(a.instances, tuple(insts[i].kv_used(now) for i in a.instances)))
         else:
             raise TypeError(f"unknown action {a!r}")
 

@@ -6,6 +6,8 @@ the same with vLLM on Ray (the vLLM engines themselves are tested in the default
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from dora.config import build
@@ -78,3 +80,25 @@ def test_recorded_trace_is_a_valid_trace(runs, tmp_path):
     tr = load_trace(p)
     assert len(tr) == 3 * 2 * 4 and tr.group_size == 4
     assert tr.metadata["generator"] == "dora.exec"
+
+
+def test_engines_answer_kv_reads(tiny_model_dir, tmp_path, monkeypatch):
+    """ReadKV in the executor: a policy that asks after every finish gets each engine's prompt +
+    generated tokens of its running requests, and the answers are in the log for replay."""
+    import json
+
+    from dora.exec.orchestrator import run_policies
+
+    class Reading(POLICIES["sync"]):
+        def on_finished(self, traj, inst, group_done):
+            super().on_finished(traj, inst, group_done)
+            self.read_kv([1, 0])
+
+    monkeypatch.setitem(POLICIES, "sync", Reading)
+    cfg = _config(tiny_model_dir, "hf", tmp_path, "local")
+    cfg = replace(cfg, policies=["sync"], steps=2)
+    (res,) = run_policies(cfg, progress=False)
+    reads = [json.loads(d)["in"] for _, d in recorded(res.events) if '"type":"KVRead"' in d]
+    assert len(reads) >= 2 * 2 * 4 - 1  # one per finish (the last of a step may find nothing running)
+    assert all(r["instances"] == [0, 1] and len(r["used"]) == 2 and min(r["used"]) >= 0 for r in reads)
+    assert any(u > 0 for r in reads for u in r["used"])

@@ -35,7 +35,7 @@ def _policy(**laminar) -> tuple[LaminarPolicy, dict[int, list[int]]]:
 
 def test_sources_go_least_kv_first_to_the_destination_that_ends_fullest():
     pol, trajs = _policy()
-    out = pol.handle(E.KVRead(KV), 1.0)
+    out = pol.handle(E.KVRead((0, 1, 2, 3), KV), 1.0)
     # source 0 (300 KV): 1 -> 800, 2 -> 900, 3 -> 500: instance 2 ends fullest.
     # source 1 (500 KV): 2 would hold 1400 > 1000; 3 ends at 700 with 8 sequences (= slots).
     assert out == [A.Migrate(trajs[0][0], 2, False), A.LoadVersion(0, 1, "drain", -1),
@@ -45,14 +45,14 @@ def test_sources_go_least_kv_first_to_the_destination_that_ends_fullest():
 
 def test_batch_bound_keeps_a_source_in_place():
     pol, trajs = _policy(repack_batch=7)
-    out = pol.handle(E.KVRead(KV), 1.0)
+    out = pol.handle(E.KVRead((0, 1, 2, 3), KV), 1.0)
     # source 1 fits nowhere: 3 would end with 8 > 7 sequences, 2 with 1400 KV
     assert out == [A.Migrate(trajs[0][0], 2, False), A.LoadVersion(0, 1, "drain", -1)]
 
 
 def test_kv_fill_bound_and_a_destination_is_no_longer_a_source():
     pol, trajs = _policy(repack_kv_fill=0.85)
-    out = pol.handle(E.KVRead(KV), 1.0)
+    out = pol.handle(E.KVRead((0, 1, 2, 3), KV), 1.0)
     # source 0: 2 would end at 900 > 850, so 1 (800) is the fullest that fits; source 1 then
     # holds a trajectory in transit and stays.
     assert out == [A.Migrate(trajs[0][0], 1, False), A.LoadVersion(0, 1, "drain", -1)]
@@ -63,11 +63,11 @@ def test_repack_reads_kv_last_and_at_most_once_per_interval():
     pol.now = 10.0
     pol._out = []
     pol.repack()
-    assert pol._kv_wanted
+    assert pol._kv_wanted == {0, 1, 2, 3}  # the busy instances of the sources' version
+    pol._kv_wanted = set()
     out = pol.handle(E.VersionPublished(1), 10.0)  # publication forces a check
-    assert out[-1] == A.ReadKV() and sum(isinstance(a, A.ReadKV) for a in out) == 1
+    assert out[-1] == A.ReadKV((0, 1, 2, 3)) and sum(isinstance(a, A.ReadKV) for a in out) == 1
     pol.now = 12.0
-    pol._kv_wanted = False
     pol.repack()
     assert not pol._kv_wanted  # 2 s after the last check
 

@@ -162,7 +162,7 @@ def test_kv_reading_mid_run(tmp_path, monkeypatch, reference):
     class Reading(POLICIES["sync"]):
         def on_finished(self, traj, inst, group_done):
             super().on_finished(traj, inst, group_done)
-            self.read_kv()
+            self.read_kv([0, 1])
 
         def on_kv(self, used):
             readings.append((self.now, tuple(used.values())))

@@ -67,12 +67,13 @@ class LaminarPolicy(StreamingPolicy):
 
     def repack(self, force: bool = False) -> None:
         """Every repack_interval_s and after each publication: if an older-version instance is
-        under-occupied, read the instances' KV-cache use; `on_kv` then packs."""
+        under-occupied, read the KV-cache use of its version's busy instances; `on_kv` packs."""
         if not self.repack_on or (not force and self.now - self._last_repack < self.repack_interval):
             return
         self._last_repack = self.now
-        if any(self._sources(ver) for ver in self.old.versions()):
-            self.read_kv()
+        for ver in self.old.versions():
+            if self._sources(ver):
+                self.read_kv(i.id for i in self.old.members(ver) if i.load > 0)
 
     def _sources(self, ver: int) -> list[InstView]:
         """Under-occupied instances of `ver` (some work, at most repack_occupancy of the slots),
@@ -96,29 +97,28 @@ class LaminarPolicy(StreamingPolicy):
         latest = self.view.latest_version
         fill = self.repack_kv_fill
         for ver in self.old.versions():
-            sources = self._sources(ver)
+            sources = [i for i in self._sources(ver) if i.id in used]
             if not sources:
                 continue
-            members = sorted((i for i in self.old.members(ver) if i.load > 0), key=lambda i: i.id)
-            kv = {i.id: used[i.id] for i in members}
+            kv = {i.id: used[i.id] for i in self.old.members(ver) if i.id in used and i.load > 0}
+            # destinations fullest first (ties: lowest id): for one source, the first that can hold
+            # it is the one that ends fullest
+            dests = sorted((self.view.instances[i] for i in kv), key=lambda d: (-kv[d.id], d.id))
             emptied: set[int] = set()
             for src in sorted(sources, key=lambda i: (kv[i.id], i.id)):
                 if not src.settled():
                     continue  # took repacked trajectories in this pass: a destination now
                 need, n = kv[src.id], src.load
-                best, best_kv = None, -1
-                for d in members:
-                    if d is src or d.id in emptied:
-                        continue
-                    after = kv[d.id] + need
-                    if after > fill * d.kv_tokens or d.load + n > self._batch_bound(d) or after <= best_kv:
-                        continue
-                    best, best_kv = d, after  # members are in id order: ties keep the lowest id
-                if best is None:
+                k = next((k for k, d in enumerate(dests) if d is not src and d.id not in emptied
+                          and kv[d.id] + need <= fill * d.kv_tokens and d.load + n <= self._batch_bound(d)), -1)
+                if k < 0:
                     continue
+                best = dests.pop(k)
                 for tid in list(src.active):
                     self.migrate(tid, best, kv=self.repack_kv)
-                kv[best.id] = best_kv
+                kv[best.id] += need
+                key = (-kv[best.id], best.id)  # fuller now: it moves towards the front
+                dests.insert(next((j for j in range(k) if (-kv[dests[j].id], dests[j].id) > key), k), best)
                 emptied.add(src.id)
                 self.load(src, latest)
 
