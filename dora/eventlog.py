@@ -45,6 +45,7 @@ import itertools
 import json
 import struct
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -63,23 +64,26 @@ META_KEY = b"dora.run"
 _ROW = np.dtype([("t_s", "f8"), ("event", "i2"), ("instance", "i4"), ("trajectory", "i8"), ("prompt_id", "i8"),
                  ("version", "i4"), ("trainer_version", "i4"), ("tokens", "i8"), ("dur_s", "f8"),
                  ("busy_s", "f8"), ("prefill_s", "f8")])
-_CHUNK = 1 << 16
-# one row as packed bytes, field for field as _ROW (native order, no padding): packing the row
-# tuples with it and viewing the bytes as _ROW gives the array np.fromiter builds, 3x cheaper
+# one row as packed bytes, field for field as _ROW (native order, no padding): the log keeps its
+# rows packed in one buffer that becomes a _ROW array at the end (no Python object per row)
 _PACK = struct.Struct("=" + "".join({"f8": "d", "i8": "q", "i4": "i", "i2": "h"}[_ROW.fields[n][0].str[1:]]
                                      for n in _ROW.names))
 assert _PACK.size == _ROW.itemsize
+pack_row = _PACK.pack  # pack_row(t_s, event code, instance, ..., prefill_s) -> one row's bytes
+
+
+def _cast(rows: list[tuple]) -> bytes:
+    """Rows holding a value struct refuses (a float for an integer), cast as numpy casts them."""
+    return np.array(rows, dtype=_ROW).tobytes()
 
 
 class EventLog:
-    """Append-only log: rows gather as tuples and are packed into typed numpy chunks every
-    65,536 rows (cheap per row, ~80 bytes per row at millions of rows)."""
+    """Append-only log: rows are packed into one byte buffer as they come (68 bytes per row, no
+    Python object kept per row) and read as a typed numpy array by `to_frame`."""
 
     def __init__(self, run_info: dict | None = None):
         self.run_info: dict = dict(run_info or {})
-        self._rows: list[tuple] = []
-        self._chunks: list[np.ndarray] = []
-        self._packed = 0  # rows in _chunks
+        self._buf = bytearray()  # packed rows
         self.detail: dict[int, str] = {}  # row -> detail (sparse)
         self._codes: dict[str, int] = {}
         self._names: list[str] = []
@@ -97,71 +101,73 @@ class EventLog:
         c = self._codes.get(event)
         if c is None:
             c = self.code(event)
-        rows = self._rows
         if detail:
-            self.detail[self._packed + len(rows)] = detail
-        rows.append((t, c, instance, traj, prompt_id, version, trainer_version, tokens, dur_s, busy_s, prefill_s))
-        if len(rows) >= _CHUNK:
-            self._pack()
+            self.detail[len(self)] = detail
+        try:
+            self._buf += pack_row(t, c, instance, traj, prompt_id, version, trainer_version, tokens, dur_s, busy_s,
+                                  prefill_s)
+        except struct.error:
+            self._buf += _cast([(t, c, instance, traj, prompt_id, version, trainer_version, tokens, dur_s, busy_s,
+                                 prefill_s)])
 
     def extend(self, rows: list[tuple]) -> None:
         """Append rows given as (t_s, event code, instance, trajectory, prompt_id, version,
         trainer_version, tokens, dur_s, busy_s, prefill_s) with no detail (codes from `code`)."""
-        self._rows.extend(rows)
-        if len(self._rows) >= _CHUNK:
-            self._pack()
+        try:
+            self._buf += b"".join(itertools.starmap(pack_row, rows))
+        except struct.error:
+            self._buf += _cast(rows)
 
-    def appender(self):
-        """The bound `append` of the row list, for hot loops that build row tuples themselves
-        (as `extend` takes them); call `maybe_pack` now and then to bound the list."""
-        return self._rows.append
-
-    def maybe_pack(self) -> None:
-        if len(self._rows) >= _CHUNK:
-            self._pack()
-
-    def _pack(self) -> None:
-        rows = self._rows
-        if rows:
-            try:
-                chunk = np.frombuffer(b"".join(itertools.starmap(_PACK.pack, rows)), dtype=_ROW)
-            except struct.error:  # a value struct takes only after a cast (a float for an integer)
-                chunk = np.fromiter(rows, dtype=_ROW, count=len(rows))
-            self._chunks.append(chunk)
-            self._packed += len(rows)
-            rows.clear()  # the same list object: appenders stay valid
+    def appender(self) -> Callable[[bytes], None]:
+        """A function appending rows packed by `pack_row` (no detail; codes from `code`), for hot
+        loops: `put(pack_row(t_s, code, instance, ...))` costs no Python call of this class."""
+        return self._buf.extend
 
     def __len__(self) -> int:
-        return self._packed + len(self._rows)
+        return len(self._buf) // _ROW.itemsize
 
     def to_frame(self) -> pd.DataFrame:
-        self._pack()
-        rec = np.concatenate(self._chunks) if self._chunks else np.zeros(0, dtype=_ROW)
-        if len(self._chunks) > 1:
-            self._chunks = [rec]
+        rec = np.frombuffer(bytes(self._buf), dtype=_ROW)  # a copy: the log may grow further
         n = len(rec)
-        names = np.array(self._names + ["?"], dtype=object)
-        detail = np.full(n, "", dtype=object)
-        for r, d in self.detail.items():
-            detail[r] = d
-        cols = {name: rec[name].copy() for name in _ROW.names}
-        cols["event"] = _categorical(cols["event"], names) if n else pd.Categorical([])
-        cols["detail"] = detail
-        df = pd.DataFrame({c: cols[c] for c in COLUMNS})
+        # numeric columns go in as strided views of `rec`: the frame copies them into one block
+        # per dtype
+        cols = {name: rec[name] for name in _ROW.names}
+        cols["event"] = _categorical(rec["event"], self._names + ["?"]) if n else pd.Categorical([])
+        cols["detail"] = _details(self.detail, n)
+        df = pd.DataFrame({c: cols[c] for c in COLUMNS}, copy=True)
         df.attrs["run"] = self.run_info
         return df
 
 
-def _categorical(codes: np.ndarray, names: np.ndarray) -> pd.Categorical:
+def _categorical(codes: np.ndarray, names: list[str]) -> pd.Categorical:
     """The event names of `codes` (-1: the last name) as a Categorical whose categories are the
     names present, sorted (as pd.Categorical(values) would make them), without building the
     millions of strings first."""
-    codes = codes.astype(np.int64) % len(names)
-    present = np.flatnonzero(np.bincount(codes, minlength=len(names)))
+    present = np.flatnonzero(np.bincount(codes.astype(np.intp) % len(names), minlength=len(names)))
     order = sorted(present, key=lambda k: names[k])
     lut = np.full(len(names), -1, dtype=np.int64)
     lut[order] = np.arange(len(order))
     return pd.Categorical.from_codes(lut[codes], [names[k] for k in order])
+
+
+_STR = pd.Series([""]).dtype  # what pandas makes of a column of strings (str; object before pandas 3)
+
+
+def _details(detail: dict[int, str], n: int):
+    """The sparse `detail` texts as a column of n strings ("" elsewhere). With pandas' arrow
+    strings it is built by arrow from a dictionary of the distinct texts (no object per row)."""
+    if not isinstance(_STR, pd.StringDtype) or _STR.storage != "pyarrow":
+        col = np.full(n, "", dtype=object)
+        for r, d in detail.items():
+            col[r] = d
+        return col
+    words: dict[str, int] = {"": 0}
+    idx = np.zeros(n, dtype=np.int32)
+    if detail:
+        rows = np.fromiter(detail.keys(), dtype=np.int64, count=len(detail))
+        idx[rows] = [words.setdefault(d, len(words)) for d in detail.values()]
+    arr = pa.DictionaryArray.from_arrays(pa.array(idx), pa.array(list(words), type=pa.large_string()))
+    return pd.array(arr.cast(pa.large_string()), dtype=_STR)
 
 
 def events_path(base: str | Path, policy: str, several: bool) -> Path:

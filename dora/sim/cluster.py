@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 
 from dora.errors import InputError
-from dora.eventlog import EventLog
+from dora.eventlog import EventLog, pack_row
 from dora.sched import actions as A
 from dora.sched import events as E
 from dora.sched.policy import Policy
@@ -95,6 +95,13 @@ class ClusterSpec:
 class Cluster:
     """Runs one policy on one trace until the trainer has published `steps` versions."""
 
+    # slots: the per-event paths read these attributes millions of times (a new one goes here too)
+    __slots__ = ("env", "trace", "spec", "cost", "policy", "steps", "data", "_plens", "_rlens", "log", "progress",
+                 "_row", "_dispatch_code", "_finish_code", "seqs", "where", "pid_of", "version_of", "plen", "rlen",
+                 "interrupted", "migrations", "events", "sim_events", "done", "faults", "draws", "failures",
+                 "failed_ids", "_fail_epoch", "_latency", "_host_g", "_notifying", "_bg", "_idle_progress",
+                 "_idle_since", "instances", "imbalance", "_strag", "_moe", "wsync", "trainer")
+
     def __init__(self, trace: Trace, spec: ClusterSpec, cost: CostModel, policy: Policy, steps: int,
                  reference: bool = False, log: EventLog | None = None,
                  progress: Callable[[int, float], None] | None = None,
@@ -111,7 +118,7 @@ class Cluster:
         self._rlens = trace.response_len.tolist()
         self.log = log if log is not None else EventLog()
         self.progress = progress
-        self._row = self.log.appender()  # hot rows (dispatch, finish) go straight in as tuples
+        self._row = self.log.appender()  # hot rows (dispatch, finish) go straight in, packed by pack_row
         self._dispatch_code = self.log.code("dispatch")
         self._finish_code = self.log.code("finish")
         self.seqs: dict[int, Seq] = {}  # live segment of each trajectory
@@ -368,7 +375,7 @@ class Cluster:
         self.version_of.append(version)
         self.plen.append(plen)
         self.rlen.append(rlen)
-        self._row((now, self._dispatch_code, a.instance, traj, pid, version, -1, plen, 0.0, 0.0, 0.0))
+        self._row(pack_row(now, self._dispatch_code, a.instance, traj, pid, version, -1, plen, 0.0, 0.0, 0.0))
         inst.waiting.append(s)  # inst.submit(s, now), inlined (hot path)
         inst.touch(now)
 
@@ -470,8 +477,8 @@ class Cluster:
     def _finished(self, s: Seq, inst: Instance, now: float) -> None:
         """Log the finish and tell the policy."""
         traj = s.traj
-        self._row((now, self._finish_code, inst.id, traj, s.prompt_id, s.version, -1, s.made,
-                   now - s.t_start, s.busy, s.prefill_s))
+        self._row(pack_row(now, self._finish_code, inst.id, traj, s.prompt_id, s.version, -1, s.made,
+                           now - s.t_start, s.busy, s.prefill_s))
         del self.seqs[traj]
         self.where.pop(traj, None)
         self.deliver(E.TrajectoryFinished(traj, inst.id, self.rlen[traj]))
@@ -566,7 +573,6 @@ class Cluster:
         self.wsync.on_staged(inst.id, version)
 
     def _on_published(self, version: int) -> None:
-        self.log.maybe_pack()
         if self.progress is not None:
             self.progress(version, self.env.now)
         if version >= self.steps:

@@ -67,6 +67,14 @@ class Seq:
 class Instance:
     """Simulated rollout instance. The owning `Cluster` supplies scheduling and callbacks."""
 
+    # slots: the boundary path reads and writes these attributes millions of times
+    __slots__ = ("id", "max_seqs", "kv_tokens", "devices", "f", "log", "_schedule", "_on_finish", "_on_stopped",
+                 "reference", "cost", "wtable", "b", "c", "p", "K", "T0", "phi_base", "E", "A", "Bq", "n", "C",
+                 "vcount", "running", "waiting", "heap", "versions", "loading", "alive", "pending_t", "pending_j",
+                 "token", "replan_at", "stops", "load_req", "on_loaded", "load_s", "load_time",
+                 "reprefill_tokens", "in_process", "load_token", "load_fails", "pause_req", "on_staged", "f_next",
+                 "schedule_boundary", "_boundary_cbs")
+
     def __init__(self, iid: int, max_seqs: int, kv_tokens: int, devices: int, cost: CostModel, slowdown: float,
                  log: "EventLog", schedule: Callable[[float, int, Callable[[object], None]], None],
                  schedule_boundary: Callable[[float, tuple, int], None],
@@ -388,6 +396,7 @@ class Instance:
         n = self.n
         if n == 0:
             self.A = self.Bq = 0.0
+            heap.clear()  # only stale entries left: drop them at once rather than pop by pop
             return
         f = self.f
         E = self.E = f * self.p * prefill
@@ -452,6 +461,7 @@ class Instance:
                 self._leave(s)
                 s.stop = "interrupt"
                 self._on_stopped(s, self)
+            self.heap.clear()  # nothing runs: every entry is stale
         self.T0 = now
         self.A = self.Bq = self.E = 0.0
         self._await_load(now + self.load_s, version, mode, evict)
