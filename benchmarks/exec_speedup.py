@@ -4,7 +4,11 @@ Each (seed, policy) run trains the same warm-started tiny model (built here once
 the same count-task prompts (task seed fixed) for `--steps` trainer steps of B x G samples, so
 every policy trains the same number of samples; the seed changes sampling and the trainer's
 shuffling. Per run: wall time, e2e_samples_per_s, bubble_ratio, staleness mean/max, and the
-final reward = mean per-step reward over the last 10% of steps (>= 1 step) +- its standard error.
+final reward = mean per-step reward over the last 10% of steps (>= 1 step) +- its standard error,
+the staleness histogram of the trained trajectories and the per-step means of the importance-sampling
+ESS, of the clipped / truncated token fractions and of the k3 KL(proximal || behaviour). Runs of one
+--json may differ in --correction (with --merge): they are then labelled policy+correction (e.g.
+dora+tis, dora+off) in the table and plot.
 The trainer also writes every --eval-every-th version; after each run (outside its wall time) each of
 them and the starting model are scored on fixed count-task prompts (dora.exec.tiny_model.eval_score,
 same prompts and sampling seed for every checkpoint): `first_eval`, `final_eval`, `eval` per run.
@@ -22,6 +26,9 @@ means loss; each (policy, seed) is one call under the shared lock (`--policy P -
   python benchmarks/exec_speedup.py                              # 3 seeds x sync/partial/dora
   python benchmarks/exec_speedup.py --seeds 1 --steps 20         # shrink it
   python benchmarks/exec_speedup.py --correction off --eta 4 --json r_off.json --plot off.png
+  python benchmarks/exec_speedup.py --policy dora --eta 4 --correction off --merge --json r4.json
+      # after the same with --correction tis: one file, runs labelled dora+tis / dora+off
+  python benchmarks/exec_speedup.py --policy sync --seeds 1 --record --work W   # + W/seed0/{rec,ev}.sync.parquet
   python benchmarks/exec_speedup.py --policy dora --seeds 1 --first-seed 2 --merge   # one run, added
   python benchmarks/exec_speedup.py --quick                      # CI: hf engines in-process, 2 steps
   python benchmarks/exec_speedup.py --local --backend hf --hidden-size 256 ...   # a GPU without vLLM/Ray
@@ -98,6 +105,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--plot", default=str(REPO / "docs" / "img" / "exec_speedup.png"))
     ap.add_argument("--quick", action="store_true",
                     help="CI check: 1 seed, 2 steps, B=2 x G=2, 24 tokens, untrained model, hf engines in-process")
+    ap.add_argument("--record", action="store_true",
+                    help="also write each run's event log, recorded trace and exec JSON under --work/seed<S>/ "
+                    "(ev.<run>.parquet, rec.<run>.parquet, <run>.json; <run> = policy or policy-correction), "
+                    "for python -m dora.sim calibrate / replay (benchmarks/exec_speedup_predict.py)")
     ap.add_argument("--quiet", action="store_true", help="no per-step progress lines")
     return ap
 
@@ -185,13 +196,44 @@ def ensure_model(args: argparse.Namespace) -> str:
     return str(d)
 
 
+def run_name(policy: str, correction: str) -> str:
+    """File and directory name of a run: the policy, with the correction when it is not the default (tis)."""
+    return policy if correction == "tis" else f"{policy}-{correction}"
+
+
+def run_labels(runs: list[dict]) -> list[str]:
+    """Table/plot label of each run: its policy, or policy+correction when the runs differ in correction."""
+    several = len({r.get("correction", "tis") for r in runs}) > 1
+    return [f"{r['policy']}+{r.get('correction', 'tis')}" if several else r["policy"] for r in runs]
+
+
+def staleness_hist(events) -> dict[int, int]:
+    """Trained trajectories per staleness (trainer version at training - generating version), from an event
+    log's `train` rows (their `version` is the trajectory's generating version)."""
+    import numpy as np
+
+    from dora.metrics import EventColumn
+
+    tr = events[EventColumn(events["event"]) == "train"]
+    st = tr["trainer_version"].to_numpy().astype(np.int64) - tr["version"].to_numpy().astype(np.int64)
+    vals, counts = np.unique(st, return_counts=True)
+    return {int(v): int(c) for v, c in zip(vals, counts)}
+
+
+def run_dir(args: argparse.Namespace, policy: str, seed: int) -> Path:
+    """--out of the run's executor: --work/seed<S> (default correction) or --work/seed<S>/<correction>;
+    the executor writes <that>/<policy>/ (steps.csv, profile.json, checkpoint)."""
+    d = Path(args.work) / f"seed{seed}"
+    return d if args.correction == "tis" else d / args.correction
+
+
 def exec_config(args: argparse.Namespace, model: str, policy: str, seed: int):
     from dora.config import apply_cli, build
     from dora.exec.run_config import ExecConfig
 
     data = {
         "model": model, "policies": [policy], "steps": args.steps, "seed": seed,
-        "out": str(Path(args.work) / f"seed{seed}"), "runtime": "local" if args.local else "ray",
+        "out": str(run_dir(args, policy, seed)), "runtime": "local" if args.local else "ray",
         "rollout": {"instances": args.instances, "backend": args.backend, "max_num_seqs": args.max_num_seqs,
                     "temperature": args.temperature},
         "trainer": {"lr": args.lr, "warmup_steps": args.warmup_steps, "threads": args.trainer_threads, "seed": seed,
@@ -204,7 +246,7 @@ def exec_config(args: argparse.Namespace, model: str, policy: str, seed: int):
 
 
 def snapshot_dir(args: argparse.Namespace, policy: str, seed: int) -> Path:
-    return Path(args.work).resolve() / f"seed{seed}" / f"{policy}-snapshots"
+    return run_dir(args, policy, seed).resolve() / f"{policy}-snapshots"
 
 
 def score(args: argparse.Namespace, model_dir: str) -> dict:
@@ -242,6 +284,26 @@ def eval_curve(args: argparse.Namespace, model: str, policy: str, seed: int, t_o
     return [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in row.items()} for row in out]
 
 
+def step_mean(curve: list[dict], key: str) -> float:
+    """Mean of a per-step value over the run's steps (nan for no steps)."""
+    return sum(p[key] for p in curve) / len(curve) if curve else float("nan")
+
+
+def record(args: argparse.Namespace, res, seed: int) -> None:
+    """--record: the run's event log, recorded trace and {"runs": [{policy, config, metrics}]} under --work/seed<S>/."""
+    from dora.eventlog import write_events
+    from dora.exec.recorded import write_recorded_trace
+
+    d = Path(args.work) / f"seed{seed}"
+    d.mkdir(parents=True, exist_ok=True)
+    name = run_name(res.policy, args.correction)
+    write_events(res.events, d / f"ev.{name}.parquet")
+    write_recorded_trace(res, d / f"rec.{name}.parquet")
+    write_json({"runs": [{"policy": res.policy, "config": res.config, "metrics": res.metrics,
+                          "profile": str(run_dir(args, res.policy, seed) / res.policy / "profile.json")}]},
+               str(d / f"{name}.json"))
+
+
 def one_run(args: argparse.Namespace, model: str, policy: str, seed: int) -> dict:
     import shutil
 
@@ -256,27 +318,41 @@ def one_run(args: argparse.Namespace, model: str, policy: str, seed: int) -> dic
     curve = [{"step": int(s["step"]), "t_s": round(float(s["t_s"]), 3), "trained_samples": int(s["step"]) * per_step,
               "reward": round(float(s["reward_mean"]), 5), "is_ess": round(float(s.get("is_ess", 1.0)), 5),
               "clip_frac": round(float(s.get("clip_frac", 0.0)), 5),
+              "is_truncated_frac": round(float(s.get("is_truncated_frac", 0.0)), 5),
+              "kl_prox_behav": round(float(s.get("kl_prox_behav", 0.0)), 7),
               "staleness_mean": round(float(s.get("staleness_mean", 0.0)), 3),
               "zero_var_groups": round(float(s.get("zero_var_groups", 0.0)), 4),
               "response_len_mean": round(float(s.get("response_len_mean", 0.0)), 2),
               "grad_norm": round(float(s.get("grad_norm", 0.0)), 4)} for s in res.steps]
-    evals = eval_curve(args, model, policy, seed, {p["step"]: p["t_s"] for p in curve})
-    return {"policy": policy, "seed": seed, "final_reward": fr, "final_reward_se": fr_se,
+    if args.record:
+        record(args, res, seed)
+    return {"policy": policy, "correction": args.correction, "seed": seed, "final_reward": fr, "final_reward_se": fr_se,
             "first_reward": rewards[0] if rewards else float("nan"), "wall_s": float(m["wall_s"]),
             "e2e_samples_per_s": float(m["e2e_samples_per_s"]), "bubble_ratio": float(m["bubble_ratio"]),
             "staleness_mean": float(m["staleness_mean"]), "staleness_max": float(m["staleness_max"]),
             "trained_samples": int(m["trained_samples"]), "c1_violations": int(m["c1_violations"]),
-            "c3_violations": int(m["c3_violations"]), "curve": curve, "eval": evals,
-            "first_eval": evals[0]["score"] if evals else float("nan"),
-            "final_eval": evals[-1]["score"] if len(evals) > 1 else float("nan")}
+            "c3_violations": int(m["c3_violations"]),
+            "staleness_hist": {str(k): v for k, v in staleness_hist(res.events).items()},
+            "is_ess_mean": step_mean(curve, "is_ess"), "clip_frac_mean": step_mean(curve, "clip_frac"),
+            "is_truncated_frac_mean": step_mean(curve, "is_truncated_frac"),
+            "kl_prox_behav_mean": step_mean(curve, "kl_prox_behav"), "curve": curve, "eval": [],
+            "first_eval": float("nan"), "final_eval": float("nan")}
+
+
+def add_eval(args: argparse.Namespace, model: str, run: dict) -> None:
+    """Score the run's snapshots (eval_curve) into `eval`, `first_eval`, `final_eval`."""
+    evals = eval_curve(args, model, run["policy"], run["seed"], {p["step"]: p["t_s"] for p in run["curve"]})
+    run.update(eval=evals, first_eval=evals[0]["score"] if evals else float("nan"),
+               final_eval=evals[-1]["score"] if len(evals) > 1 else float("nan"))
 
 
 def summarize(runs: list[dict]) -> dict:
     """Per policy: mean +- standard error over seeds of final reward, wall, e2e samples/s, bubble; max staleness;
     speedup = e2e samples/s over sync's (when sync ran)."""
     out: dict[str, dict] = {}
-    for pol in dict.fromkeys(r["policy"] for r in runs):
-        rs = [r for r in runs if r["policy"] == pol]
+    labels = run_labels(runs)
+    for pol in dict.fromkeys(labels):
+        rs = [r for r, lab in zip(runs, labels) if lab == pol]
         row = {"seeds": len(rs)}
         for key in ("final_reward", "wall_s", "e2e_samples_per_s", "bubble_ratio", "staleness_mean"):
             row[key], row[key + "_se"] = mean_se([r[key] for r in rs])
@@ -284,6 +360,15 @@ def summarize(runs: list[dict]) -> dict:
             row["final_eval"], row["final_eval_se"] = mean_se([r["final_eval"] for r in rs])
             row["first_eval"] = mean_se([r["first_eval"] for r in rs])[0]
         row["staleness_max"] = max(r["staleness_max"] for r in rs)
+        for key in ("is_ess_mean", "clip_frac_mean", "is_truncated_frac_mean", "kl_prox_behav_mean"):
+            if all(key in r for r in rs):
+                row[key] = mean_se([r[key] for r in rs])[0]
+        if all("staleness_hist" in r for r in rs):
+            hist: dict[str, int] = {}
+            for r in rs:
+                for k, v in r["staleness_hist"].items():
+                    hist[k] = hist.get(k, 0) + v
+            row["staleness_hist"] = dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
         out[pol] = row
     if "sync" in out:
         for row in out.values():
@@ -293,16 +378,22 @@ def summarize(runs: list[dict]) -> dict:
 
 def print_table(summary: dict, title: str) -> None:
     print(title)
-    print(f"{'policy':8} {'seeds':>5} {'wall s':>14} {'e2e samples/s':>16} {'speedup':>8} {'bubble':>7} "
+    print(f"{'policy':12} {'seeds':>5} {'wall s':>14} {'e2e samples/s':>16} {'speedup':>8} {'bubble':>7} "
           f"{'stale mean/max':>15} {'final reward':>16} {'score start->end':>20}")
     for pol, r in summary.items():
-        print(f"{pol:8} {r['seeds']:>5} {r['wall_s']:>8.1f} ±{r['wall_s_se']:<5.1f}"
+        print(f"{pol:12} {r['seeds']:>5} {r['wall_s']:>8.1f} ±{r['wall_s_se']:<5.1f}"
               f"{r['e2e_samples_per_s']:>9.2f} ±{r['e2e_samples_per_s_se']:<5.2f}"
               f"{r.get('speedup_vs_sync', float('nan')):>7.2f}x {r['bubble_ratio']:>7.3f} "
               f"{r['staleness_mean']:>9.2f} / {r['staleness_max']:<3.0f}"
               f"{r['final_reward']:>9.3f} ±{r['final_reward_se']:.3f}"
               + (f"   {r['first_eval']:.3f} -> {r['final_eval']:.3f} ±{r['final_eval_se']:.3f}"
                  if "final_eval" in r else ""))
+    if any("is_ess_mean" in r for r in summary.values()):
+        print(f"{'':12} {'IS ESS':>8} {'clipped':>8} {'truncated':>9}   staleness histogram (trajectories)")
+        for pol, r in summary.items():
+            if "is_ess_mean" in r:
+                print(f"{pol:12} {r['is_ess_mean']:>8.4f} {r['clip_frac_mean']:>8.4f} "
+                      f"{r.get('is_truncated_frac_mean', float('nan')):>9.4f}   {r.get('staleness_hist', {})}")
 
 
 def plot(runs: list[dict], path: str, title: str) -> None:
@@ -315,6 +406,10 @@ def plot(runs: list[dict], path: str, title: str) -> None:
     import numpy as np
 
     colors = {"sync": "tab:gray", "partial": "tab:blue", "dora": "tab:red"}
+    styles = {"tis": "-", "off": "--", "mask": ":"}
+    palette = iter(("tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:olive"))
+    labels = run_labels(runs)
+    by_policy = len(set(labels)) == len({r["policy"] for r in runs})
     scored = any(r.get("eval") for r in runs)
     fig, axes = plt.subplots(2 if scored else 1, 2, figsize=(11, 7.5 if scored else 4), squeeze=False)
 
@@ -325,9 +420,10 @@ def plot(runs: list[dict], path: str, title: str) -> None:
         head = c[1:w] / np.arange(1, w)
         return np.concatenate([head, (c[w:] - c[:-w]) / w])
 
-    for pol in dict.fromkeys(r["policy"] for r in runs):
-        rs = [r for r in runs if r["policy"] == pol]
-        col = colors.get(pol)
+    for pol in dict.fromkeys(labels):
+        rs = [r for r, lab in zip(runs, labels) if lab == pol]
+        col = colors.get(pol) if by_policy else next(palette, None)
+        ls = styles.get(rs[0].get("correction", "tis"), "-")
         label = f"{pol} ({len(rs)} seed{'s' if len(rs) > 1 else ''})"
         n = min(len(r["curve"]) for r in rs)
         if n:
@@ -335,22 +431,22 @@ def plot(runs: list[dict], path: str, title: str) -> None:
             ys = np.array([[p["reward"] for p in r["curve"][:n]] for r in rs])
             ts = np.array([[p["t_s"] for p in r["curve"][:n]] for r in rs])
             for y, t in zip(ys, ts):
-                axes[0, 0].plot(samples, smooth(y), color=col, lw=0.6, alpha=0.35)
-                axes[0, 1].plot(t, smooth(y), color=col, lw=0.6, alpha=0.35)
-            axes[0, 0].plot(samples, smooth(ys.mean(0)), color=col, lw=2, label=label)
-            axes[0, 1].plot(ts.mean(0), smooth(ys.mean(0)), color=col, lw=2, label=label)
+                axes[0, 0].plot(samples, smooth(y), color=col, ls=ls, lw=0.6, alpha=0.35)
+                axes[0, 1].plot(t, smooth(y), color=col, ls=ls, lw=0.6, alpha=0.35)
+            axes[0, 0].plot(samples, smooth(ys.mean(0)), color=col, ls=ls, lw=2, label=label)
+            axes[0, 1].plot(ts.mean(0), smooth(ys.mean(0)), color=col, ls=ls, lw=2, label=label)
         m = min(len(r.get("eval", [])) for r in rs)
         if scored and m:
             samples = np.array([p["trained_samples"] for p in rs[0]["eval"][:m]])
             ys = np.array([[p["score"] for p in r["eval"][:m]] for r in rs])
             ts = np.array([[p["t_s"] for p in r["eval"][:m]] for r in rs])
             for y, t in zip(ys, ts):
-                axes[1, 0].plot(samples, y, color=col, lw=0.6, alpha=0.35)
-                axes[1, 1].plot(t, y, color=col, lw=0.6, alpha=0.35)
+                axes[1, 0].plot(samples, y, color=col, ls=ls, lw=0.6, alpha=0.35)
+                axes[1, 1].plot(t, y, color=col, ls=ls, lw=0.6, alpha=0.35)
             se = ys.std(0, ddof=1) / np.sqrt(len(ys)) if len(ys) > 1 else np.zeros(m)
-            axes[1, 0].errorbar(samples, ys.mean(0), yerr=se, color=col, lw=2, marker="o", ms=3, capsize=2,
+            axes[1, 0].errorbar(samples, ys.mean(0), yerr=se, color=col, ls=ls, lw=2, marker="o", ms=3, capsize=2,
                                 label=label + (" ± s.e." if len(ys) > 1 else ""))
-            axes[1, 1].plot(ts.mean(0), ys.mean(0), color=col, lw=2, marker="o", ms=3, label=label)
+            axes[1, 1].plot(ts.mean(0), ys.mean(0), color=col, ls=ls, lw=2, marker="o", ms=3, label=label)
     for row in axes:
         row[0].set_xlabel("trained samples")
         row[1].set_xlabel("wall time (s)")
@@ -362,11 +458,10 @@ def plot(runs: list[dict], path: str, title: str) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    from dora.plots.style import save
+
+    save(fig, path, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 SETTINGS = ("model", "steps", "batch_size", "group_size", "eta", "correction", "lr", "warmup_steps", "aggregation",
@@ -377,7 +472,8 @@ SETTINGS = ("model", "steps", "batch_size", "group_size", "eta", "correction", "
 
 def earlier_runs(args: argparse.Namespace, redo: set[tuple[str, int]]) -> tuple[list[dict], list[str]]:
     """--merge: the runs of --json not redone now and the commands that made them; refused when that
-    file was made with other settings."""
+    file was made with other settings (--correction may differ: runs are told apart by policy, correction
+    and seed; a run without a `correction` field has its file's)."""
     p = Path(args.json)
     if not args.merge or not p.is_file():
         return [], []
@@ -386,11 +482,15 @@ def earlier_runs(args: argparse.Namespace, redo: set[tuple[str, int]]) -> tuple[
         old, runs, commands = doc["config"], doc["runs"], list(doc["commands"])
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise InputError(f"--merge: {p} is not a result of this benchmark ({e}); remove it or drop --merge") from None
-    diff = [k for k in SETTINGS if old.get(k) != vars(args).get(k)]
+    diff = [k for k in SETTINGS if k != "correction" and old.get(k) != vars(args).get(k)]
     if diff:
         raise InputError(f"--merge: {p} was made with other settings ({', '.join(diff)}); use the same ones "
                          "or another --json")
-    return [r for r in runs if (r["policy"], r["seed"]) not in redo], commands
+    file_corr = old.get("correction", "tis")
+    if file_corr != "tis":  # a run without the field is read as tis (run_labels): give it its file's
+        runs = [{"correction": file_corr, **r} for r in runs]
+    return [r for r in runs if (r["policy"], r["seed"]) not in redo
+            or r.get("correction", "tis") != args.correction], commands
 
 
 def write_json(doc: dict, path: str) -> None:
@@ -403,9 +503,11 @@ def write_json(doc: dict, path: str) -> None:
 
 def result_doc(args: argparse.Namespace, argv: list[str] | None, runs: list[dict], commands: list[str]) -> dict:
     n_seeds = len({r["seed"] for r in runs})
+    corrections = "/".join(dict.fromkeys(r.get("correction", args.correction) for r in runs)) or args.correction
     model = args.model or "tiny model"
-    title = (f"{Path(model).name}: {args.instances} {args.backend} engines, B={args.batch_size} x "
-             f"G={args.group_size}, {args.steps} steps, eta={args.eta}, correction={args.correction}, "
+    title = (f"{Path(model).name}: {args.instances} {args.backend} engines x {args.max_num_seqs} slots, "
+             f"B={args.batch_size} x G={args.group_size}, {args.steps} steps, eta={args.eta}, "
+             f"correction={corrections}, "
              f"lr={args.lr:g}, T={args.temperature:g}, {n_seeds} seed(s); {device_name(args)}"
              + (f"\nscore: {args.eval_prompts} fixed prompts x {args.eval_samples} samples every "
                 f"{args.eval_every} steps"
@@ -434,7 +536,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"({time.perf_counter() - t0:.0f} s so far)", file=sys.stderr, flush=True)
                 runs.append(one_run(args, model, pol, seed))
                 write_json(result_doc(args, argv, runs, commands), args.json)  # a later failure keeps this run
-        runs.sort(key=lambda r: (r["seed"], POLICIES.index(r["policy"])))
+                if args.eval_every:
+                    add_eval(args, model, runs[-1])
+                    write_json(result_doc(args, argv, runs, commands), args.json)
+        runs.sort(key=lambda r: (r["seed"], POLICIES.index(r["policy"]), r.get("correction", "tis") != "tis",
+                                 r.get("correction", "tis")))
         doc = result_doc(args, argv, runs, commands)
         print_table(doc["summary"], doc["title"])
         write_json(doc, args.json)
