@@ -7,8 +7,9 @@ Mechanism (Laminar, arXiv 2510.12633):
 - New prompt groups go only to instances already on the newest version, so instances on
   an older version drain and refresh.
 - Repack (Laminar §5.2, Algorithm 1): every few seconds and after each update the rollout
-  manager reads every instance's KV-cache use. Instances of an older version are ramping
-  down (they take no new groups); each under-occupied one (a source), least KV first, moves
+  manager reads the KV-cache use of the busy instances of each older version that has an
+  under-occupied one. Instances of an older version are ramping down (they take no new
+  groups); each under-occupied one (a source), least KV first, moves
   all its trajectories onto the single same-version instance that ends fullest while it can
   still hold them: KV within the cache (CanFit) and batch within a bound B (a roofline
   batch; default the decode slots). The emptied instance refreshes at once.
