@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -42,10 +43,11 @@ METRICS = ("e2e_samples_per_s", "step_time_mean_s", "bubble_ratio", "staleness_m
 
 
 def rel_err(real: float, pred: float) -> float:
-    """(pred - real) / |real|; nan when real is 0 or either is nan."""
-    if not (math.isfinite(real) and math.isfinite(pred)) or real == 0:
-        return float("nan")
-    return (pred - real) / abs(real)
+    """`dora.sim.compare.rel_err`, with nan where it has no answer (for tables and JSON)."""
+    from dora.sim.compare import rel_err as compare_rel_err
+
+    e = compare_rel_err(real, pred)
+    return float("nan") if e is None else e
 
 
 def ratio(a: float, b: float) -> float:
@@ -93,11 +95,7 @@ def scenario_name(calib: str, host_cores: float) -> str:
 
 
 def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    if not n:
-        return float("nan")
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    return statistics.median(xs) if xs else float("nan")
 
 
 def profile_diagnosis(profile: dict, min_running: int = 9) -> dict:
