@@ -66,8 +66,8 @@ _ROW = np.dtype([("t_s", "f8"), ("event", "i2"), ("instance", "i4"), ("trajector
                  ("busy_s", "f8"), ("prefill_s", "f8")])
 # one row as packed bytes, field for field as _ROW (native order, no padding): the log keeps its
 # rows packed in one buffer that becomes a _ROW array at the end (no Python object per row)
-_PACK = struct.Struct("=" + "".join({"f8": "d", "i8": "q", "i4": "i", "i2": "h"}[_ROW.fields[n][0].str[1:]]
-                                     for n in _ROW.names))
+_NAMES: tuple[str, ...] = tuple(_ROW.names or ())
+_PACK = struct.Struct("=" + "".join({"f8": "d", "i8": "q", "i4": "i", "i2": "h"}[_ROW[n].str[1:]] for n in _NAMES))
 assert _PACK.size == _ROW.itemsize
 pack_row = _PACK.pack  # pack_row(t_s, event code, instance, ..., prefill_s) -> one row's bytes
 
@@ -131,7 +131,7 @@ class EventLog:
         n = len(rec)
         # numeric columns go in as strided views of `rec`: the frame copies them into one block
         # per dtype
-        cols = {name: rec[name] for name in _ROW.names}
+        cols = {name: rec[name] for name in _NAMES}
         cols["event"] = _categorical(rec["event"], self._names + ["?"]) if n else pd.Categorical([])
         cols["detail"] = _details(self.detail, n)
         df = pd.DataFrame({c: cols[c] for c in COLUMNS}, copy=True)

@@ -10,7 +10,7 @@ decode slots; dora counts its packing cap instead), taken when the instance is a
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 from dora.sched.state import InstView
 
@@ -94,7 +94,7 @@ class LoadIndex:
         b = self.buckets.get(version, {}).get(load)
         return sorted(b.values(), key=lambda i: i.id) if b else []
 
-    def bucket(self, version: int, load: int):
+    def bucket(self, version: int, load: int) -> Iterable[InstView]:
         """Instances of `version` with exactly `load` active trajectories (any order)."""
         b = self.buckets.get(version, {}).get(load)
         return b.values() if b else ()

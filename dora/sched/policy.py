@@ -7,7 +7,9 @@ the same events makes the same decisions in the simulator and the executor.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Callable, ClassVar, Iterable
+
+from mypy_extensions import mypyc_attr
 
 from dora.sched import actions as A
 from dora.sched import events as E
@@ -25,14 +27,15 @@ from dora.sched.state import (
 )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Policy:
     """Subclasses set `name` and override the `on_*` hooks they need."""
 
-    name = "base"
+    name: ClassVar[str] = "base"
     #: "disaggregated" (separate trainer devices) or "colocated" (time-share all devices)
-    placement = "disaggregated"
+    placement: str = "disaggregated"
     #: disaggregated, but the trainer's devices also run rollout instances while it waits for data
-    elastic = False
+    elastic: bool = False
 
     def __init__(self, cfg: PolicyConfig):
         self.cfg = cfg
@@ -44,7 +47,7 @@ class Policy:
         self._training: list[GroupView] = []
         self.now = 0.0
         self._kv_wanted: set[int] = set()
-        self._handlers = {
+        self._handlers: dict[type, Callable[[Any], None]] = {
             E.ClusterStarted: self._cluster_started,
             E.GroupsSampled: self._groups_sampled,
             E.KVRead: self._kv_read,

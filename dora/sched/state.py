@@ -251,7 +251,7 @@ class ClusterView:
         (trajectory or -1 for a group not started, prompt_id, version, group size, state) for
         every live trajectory of each group in flight, complete or training."""
         names = {G_RUNNING: "running", G_COMPLETE: "complete", G_TRAINING: "training"}
-        out = []
+        out: list[tuple[int, int, int, int, str]] = []
         for g in self.groups.values():
             state = names.get(g.state)
             if state is None:

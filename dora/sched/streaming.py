@@ -20,13 +20,17 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+from mypy_extensions import mypyc_attr
+
+from dora.sched.config import PolicyConfig
 from dora.sched.loadindex import LoadIndex
 from dora.sched.policy import Policy
 from dora.sched.state import GroupView, InstView
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # users subclass policies
 class StreamingPolicy(Policy):
-    def __init__(self, cfg):
+    def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__(cfg)
         self.requested = 0  # groups asked for, not yet answered
         self.untrained = 0  # requested or sampled groups not yet trained
@@ -157,9 +161,10 @@ class StreamingPolicy(Policy):
         left = g.size
         while left:
             key, iid, stamp = heappop(heap)
-            inst = pool.get(iid)
-            if inst is None or inst.stamp != stamp:
+            got = pool.get(iid)
+            if got is None or got.stamp != stamp:
                 continue  # stale entry
+            inst = got
             k = taken.get(iid, 0)
             if inst.max_seqs - len(inst.active) - k <= 0:
                 back.append((key, iid, stamp))

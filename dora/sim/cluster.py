@@ -11,7 +11,7 @@ import gc
 import heapq
 from array import array
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import simpy
@@ -32,15 +32,16 @@ from dora.trace import Trace
 _KIND_STRIDE = 1 << 20
 
 
-class _At(simpy.events.Event):
-    """An event that fires a plain callback at an absolute time (no delay arithmetic).
-    `fn` takes the event (and ignores it): SimPy calls it directly as the event's callback."""
+class _At:
+    """A SimPy queue entry that fires a plain callback at an absolute time (no delay arithmetic).
+    `fn` takes the entry (and ignores it): SimPy's step calls it as the event's callback, and
+    reads only `callbacks` and `_ok`."""
 
-    def __init__(self, env: simpy.Environment, fn: Callable[[simpy.events.Event], None]):
-        self.env = env
-        self.callbacks = [fn]
+    __slots__ = ("callbacks", "_ok")
+
+    def __init__(self, fn: Callable[[Any], None]) -> None:
+        self.callbacks: list[Callable[[Any], None]] | None = [fn]  # SimPy sets None once processed
         self._ok = True
-        self._value = None
 
 
 class _Call:
@@ -48,8 +49,12 @@ class _Call:
     `_boundary`, made once) get the entry, whose `arg` is the boundary's token. Cheaper than an
     `_At` plus a closure per event; SimPy's step reads only `callbacks` and `_ok`."""
 
-    __slots__ = ("callbacks", "arg")
-    _ok = True
+    __slots__ = ("callbacks", "arg", "_ok")
+
+    def __init__(self, callbacks: tuple | None, arg: int) -> None:
+        self.callbacks = callbacks  # SimPy sets it to None once the event is processed
+        self.arg = arg
+        self._ok = True
 
 
 class Dataset:
@@ -171,13 +176,14 @@ class Cluster:
     # ---- clock -----------------------------------------------------------------------------------
     def _scheduler_for(self, iid: int) -> Callable[[float, int, Callable[[object], None]], None]:
         env = self.env
-        queue, eid = env._queue, env._eid
+        queue: list[Any] = env._queue  # SimPy's event queue: (time, priority, id, event)
+        eid = env._eid
         base = iid if iid >= 0 else _KIND_STRIDE - 1
 
         def schedule(t: float, kind: int, fn: Callable[[simpy.events.Event], None]) -> None:
             if t < env._now:
                 raise RuntimeError(f"scheduling in the past: {t} < {env._now}")
-            heapq.heappush(queue, (t, kind * _KIND_STRIDE + base, next(eid), _At(env, fn)))
+            heapq.heappush(queue, (t, kind * _KIND_STRIDE + base, next(eid), _At(fn)))
 
         return schedule
 
@@ -185,15 +191,13 @@ class Cluster:
         """schedule(t, callbacks, arg): an event at t, ordered as kind 0 (instance boundaries),
         that calls each of `callbacks` with itself (its `arg` attribute is `arg`)."""
         env = self.env
-        queue, eid = env._queue, env._eid
+        queue: list[Any] = env._queue  # SimPy's event queue: (time, priority, id, event)
+        eid = env._eid
 
         def schedule(t: float, callbacks: tuple, arg: int) -> None:
             if t < env._now:
                 raise RuntimeError(f"scheduling in the past: {t} < {env._now}")
-            ev = _Call()
-            ev.callbacks = callbacks
-            ev.arg = arg
-            heapq.heappush(queue, (t, iid, next(eid), ev))
+            heapq.heappush(queue, (t, iid, next(eid), _Call(callbacks, arg)))
 
         return schedule
 
@@ -261,9 +265,11 @@ class Cluster:
         self._background(t, -1, redraw)
 
     def _redraw(self, now: float) -> None:
-        self._moe = self.imbalance.next(self._moe)
+        imb = self.imbalance
+        assert imb is not None
+        self._moe = imb.next(self._moe)
         self._apply_slowdowns(now)
-        self._redraw_later(now + self.imbalance.cfg.redraw_s)
+        self._redraw_later(now + imb.cfg.redraw_s)
 
     # ---- faults --------------------------------------------------------------------------------
     def _schedule_faults(self) -> None:
@@ -330,25 +336,24 @@ class Cluster:
 
     def apply(self, a: A.Action) -> None:
         now = self.env._now
-        t = type(a)
-        if t is A.Dispatch:
+        if type(a) is A.Dispatch:
             self._dispatch(a, now)
-        elif t is A.SampleGroups:
+        elif type(a) is A.SampleGroups:
             groups = self.data.draw(a.count)
             for g in groups:
                 self.log.add(now, "sample", prompt_id=g.prompt_id, tokens=g.group_size, detail=a.reason)
             self.deliver(E.GroupsSampled(tuple(groups)))
-        elif t is A.Train:
+        elif type(a) is A.Train:
             self._train(a, now)
-        elif t is A.LoadVersion:
+        elif type(a) is A.LoadVersion:
             self._load(a, now)
-        elif t is A.Migrate:
+        elif type(a) is A.Migrate:
             self._migrate(a, now)
-        elif t is A.Abort:
+        elif type(a) is A.Abort:
             self._abort(a, now)
-        elif t is A.RegenerateGroup:
+        elif type(a) is A.RegenerateGroup:
             self.log.add(now, "regenerate", prompt_id=a.prompt_id, tokens=self.data.G, detail=a.reason)
-        elif t is A.ReadKV:
+        elif type(a) is A.ReadKV:
             insts = self.instances
             self.deliver(E.KVRead(a.instances, tuple(insts[i].kv_used(now) for i in a.instances)))
         else:
@@ -510,8 +515,8 @@ class Cluster:
             del self.seqs[s.traj]
             self.where.pop(s.traj, None)
         elif why.startswith("migrate"):
-            _, dst, kv = why.split(":")
-            dst_i, kv = int(dst), kv == "1"
+            _, dst, kv_flag = why.split(":")
+            dst_i, kv = int(dst), kv_flag == "1"
             self._end_row(s, inst, "migrate_out", now, detail=f"to {dst_i}")
             self.where[s.traj] = -1
             self.migrations += 1

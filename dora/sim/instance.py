@@ -411,8 +411,8 @@ class Instance:
         while True:  # drop stale heap tops (seqs that left early)
             key = heap[0]
             target, traj = key >> _SHIFT, key & _MASK
-            s = running.get(traj)
-            if s is not None and s.target == target:
+            top = running.get(traj)
+            if top is not None and top.target == target:
                 break
             heapq.heappop(heap)
         j = target - self.K
@@ -451,7 +451,9 @@ class Instance:
 
     # ---- weights ----------------------------------------------------------------------------
     def _start_load(self, now: float) -> None:
-        version, mode, evict = self.load_req
+        req = self.load_req
+        assert req is not None
+        version, mode, evict = req
         self.load_req = None
         self.loading = version
         self.load_s = self.load_time(self.id, version, now)
@@ -502,7 +504,9 @@ class Instance:
             self.touch(now)
 
     def _start_pause(self, now: float) -> None:
-        dur, version = self.pause_req
+        req = self.pause_req
+        assert req is not None
+        dur, version = req
         self.pause_req = None
         self.loading = version  # paused: nothing decodes, requests queue until the end
         self.log.add(now, "load_start", self.id, version=version, detail="broadcast")

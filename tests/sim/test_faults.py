@@ -153,9 +153,14 @@ def test_no_deadlock_with_many_regenerations(policy):
 
 def test_a_stall_under_perpetual_failures_is_reported(small_trace, monkeypatch):
     """Failures recur for ever; a policy that stops scheduling must still end in a stall error."""
+    from dora.sched.policies import POLICIES
     from dora.sched.policies.dora import DoraPolicy
 
-    monkeypatch.setattr(DoraPolicy, "ready_batch", lambda self: None)  # a policy that never trains
+    class NeverTrains(DoraPolicy):  # a policy that never trains (compiled policies take subclasses)
+        def ready_batch(self):
+            return None
+
+    monkeypatch.setitem(POLICIES, "dora", NeverTrains)
     cfg = small_config(small_trace, **{"steps": 2, "faults.mtbf_s": 50.0, "faults.repair_s": 5.0})
     with pytest.raises(RuntimeError, match="stalled"):
         simulate(load_trace(small_trace), cfg, "dora", progress=False)

@@ -33,16 +33,20 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
+from dora.sched.config import PolicyConfig
 from dora.sched.loadindex import LoadIndex
 from dora.sched.predictor import LengthPredictor
 from dora.sched.state import G_RUNNING, QUEUED_OR_RUNNING, GroupView, InstView
 from dora.sched.streaming import StreamingPolicy
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # users subclass policies
 class DoraPolicy(StreamingPolicy):
     name = "dora"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__(cfg)
         dc = cfg.dora
         self.elastic = dc.elastic_trainer

@@ -19,14 +19,18 @@ Mechanism (Laminar, arXiv 2510.12633):
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
+from dora.sched.config import PolicyConfig
 from dora.sched.state import GroupView, InstView
 from dora.sched.streaming import StreamingPolicy
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # users subclass policies
 class LaminarPolicy(StreamingPolicy):
     name = "laminar"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__(cfg)
         lc = cfg.laminar
         self.repack_on = lc.repack
@@ -82,7 +86,7 @@ class LaminarPolicy(StreamingPolicy):
         busy = self.old.count(ver) - sum(1 for _ in self.old.bucket(ver, 0))
         if busy < 2:
             return []
-        out = []
+        out: list[InstView] = []
         for load in self.old.loads(ver):
             if load == 0:
                 continue

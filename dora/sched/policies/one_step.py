@@ -8,15 +8,19 @@ the weights from before step k's update, and generation never overlaps a weight 
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
+from dora.sched.config import PolicyConfig
 from dora.sched.policies.sync import contiguous_chunks
 from dora.sched.policy import Policy
 from dora.sched.state import GroupView, InstView
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # users subclass policies
 class OneStepPolicy(Policy):
     name = "one_step"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__(cfg)
         self._gen: list[GroupView] = []  # batch being generated
         self._ready: list[GroupView] | None = None  # generated, waiting for the trainer
@@ -48,7 +52,7 @@ class OneStepPolicy(Policy):
             self.start_group(g, version, where[k:k + g.size])
             k += g.size
 
-    def ready_batch(self):
+    def ready_batch(self) -> list[GroupView] | None:
         return None  # training is started explicitly in _advance, never by buffer size
 
     def on_finished(self, traj: int, inst: InstView, group_done: GroupView | None) -> None:
@@ -82,6 +86,7 @@ class OneStepPolicy(Policy):
 
     def _start_step(self) -> None:
         batch, self._ready = self._ready, None
+        assert batch is not None
         self.sample(self.B)  # batch k+1 (dispatched on GroupsSampled)
         self.train_batch(batch)
 

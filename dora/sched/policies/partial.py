@@ -20,14 +20,18 @@ Mechanism (inclusionAI/AReaL):
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
+from dora.sched.config import PolicyConfig
 from dora.sched.policy import Policy
 from dora.sched.state import GroupView, InstView
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # users subclass policies
 class PartialPolicy(Policy):
     name = "partial"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__(cfg)
         self.max_concurrent = cfg.partial.max_concurrent_groups
         self._rr = 0
@@ -89,7 +93,7 @@ class PartialPolicy(Policy):
             self._inflight.pop(group_done.prompt_id, None)
             self._admit()
 
-    def ready_batch(self):
+    def ready_batch(self) -> list[GroupView] | None:
         """B finished groups, earliest-started first; wait while that would leave a group beyond η.
         Start order is the version a group started under, then its sampling time: a group
         regenerated after a failure counts from its restart (without regeneration this is

@@ -10,6 +10,9 @@ trainer has its own devices and idles during rollout.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
+from dora.sched.config import PolicyConfig
 from dora.sched.policy import Policy
 from dora.sched.state import GroupView, InstView
 
@@ -24,10 +27,11 @@ def contiguous_chunks(n_items: int, instances: list[InstView]) -> list[InstView]
     return out
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # users subclass policies
 class SyncPolicy(Policy):
     name = "sync"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__(cfg)
         self.placement = "colocated" if cfg.sync.colocated else "disaggregated"
         self._waiting_loads = 0
