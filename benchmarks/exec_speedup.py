@@ -208,15 +208,13 @@ def run_labels(runs: list[dict]) -> list[str]:
 
 
 def staleness_hist(events) -> dict[int, int]:
-    """Trained trajectories per staleness (trainer version at training - generating version), from an event
-    log's `train` rows (their `version` is the trajectory's generating version)."""
+    """Trained trajectories per staleness (trainer version at training - generating version, as
+    `dora.metrics` counts it), from an event log."""
     import numpy as np
 
-    from dora.metrics import EventColumn
+    from dora.metrics import staleness
 
-    tr = events[EventColumn(events["event"]) == "train"]
-    st = tr["trainer_version"].to_numpy().astype(np.int64) - tr["version"].to_numpy().astype(np.int64)
-    vals, counts = np.unique(st, return_counts=True)
+    vals, counts = np.unique(staleness(events), return_counts=True)
     return {int(v): int(c) for v, c in zip(vals, counts)}
 
 

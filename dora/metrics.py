@@ -59,6 +59,26 @@ class EventColumn:
         return np.isin(self.codes, ks)
 
 
+def _trained_versions(df: pd.DataFrame, ev: EventColumn) -> tuple[pd.DataFrame, np.ndarray, pd.Series]:
+    """The `train` rows, each one's generating version (its first token's: the lowest version of
+    its segments that produced tokens, else the train row's own), and versions per trajectory."""
+    tr = df[ev == "train"]
+    seg = df[ev.isin(SEGMENT_END)]
+    made = seg[(seg["tokens"].to_numpy() > 0) & np.isin(seg["trajectory"].to_numpy(), tr["trajectory"].to_numpy())]
+    by = made.groupby("trajectory")["version"]
+    gen_ver = by.min().reindex(tr["trajectory"].to_numpy()).to_numpy()
+    if np.isnan(gen_ver.astype(float)).any():
+        gen_ver = np.where(np.isnan(gen_ver.astype(float)), tr["version"].to_numpy(), gen_ver)
+    return tr, gen_ver.astype(np.int64), by.nunique()
+
+
+def staleness(df: pd.DataFrame) -> np.ndarray:
+    """Staleness of each trained trajectory (trainer version at training minus generating
+    version), in `train`-row order: what staleness_mean/max and C3 summarise."""
+    tr, gen_ver, _ = _trained_versions(df, EventColumn(df["event"]))
+    return tr["trainer_version"].to_numpy().astype(np.int64) - gen_ver
+
+
 def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
     """All DESIGN.md metrics from one run's event log. `run` defaults to df.attrs['run']."""
     run = run if run is not None else df.attrs.get("run", {})
@@ -72,27 +92,18 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
     t_end = float(end_rows.max()) if len(end_rows) else (float(pub[-1]) if steps else float(t.max(initial=0.0)))
     gaps = np.diff(pub) if steps >= 2 else (pub if steps else np.zeros(0))
 
-    tr = df[ev == "train"]
+    # generating version and C1 from segments that produced tokens
+    tr, gen_ver, nver = _trained_versions(df, ev)
     tr_traj = tr["trajectory"].to_numpy()
     tr_ver = tr["trainer_version"].to_numpy()
     tr_tok = tr["tokens"].to_numpy()
+    stale = tr_ver - gen_ver
+    c1 = int((nver > 1).sum())
 
     seg = df[ev.isin(SEGMENT_END)]
     seg_traj = seg["trajectory"].to_numpy()
     seg_tok = seg["tokens"].to_numpy()
-    seg_ver = seg["version"].to_numpy()
     trained_mask = np.isin(seg_traj, tr_traj)
-
-    # generating version and C1 from segments that produced tokens
-    made = seg[(seg_tok > 0) & trained_mask]
-    by = made.groupby("trajectory")["version"]
-    vmin = by.min()
-    nver = by.nunique()
-    gen_ver = vmin.reindex(tr_traj).to_numpy()
-    if np.isnan(gen_ver.astype(float)).any():
-        gen_ver = np.where(np.isnan(gen_ver.astype(float)), tr["version"].to_numpy(), gen_ver)
-    stale = tr_ver - gen_ver.astype(np.int64)
-    c1 = int((nver > 1).sum())
 
     # steady-state throughput
     if steps >= 2:

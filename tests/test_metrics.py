@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dora.eventlog import EventLog, read_events, write_events
-from dora.metrics import METRIC_NAMES, compute_metrics
+from dora.metrics import METRIC_NAMES, compute_metrics, staleness
 
 RUN = {"eta": 1, "group_size": 2, "rollout_devices": 2, "trainer_devices": 1, "colocated": False}
 
@@ -71,6 +71,16 @@ def test_hand_computed_metrics(tmp_path):
     # a parquet round trip gives the same numbers
     write_events(df, tmp_path / "ev.parquet")
     assert compute_metrics(read_events(tmp_path / "ev.parquet")) == m
+
+
+def test_staleness_per_trained_trajectory_counts_from_the_first_token():
+    """Per train row: trainer version minus the version of the first token. traj 4 resumed under
+    version 2, and a train row claiming version 2 for it changes nothing."""
+    df = _log().to_frame()
+    assert staleness(df).tolist() == [0, 0, 1, 1]
+    tr = df.index[df["event"].astype(str) == "train"][-1]
+    df.loc[tr, "version"] = 2  # (an executor may log the newest version a trajectory saw)
+    assert staleness(df).tolist() == [0, 0, 1, 1]
 
 
 def test_lost_and_duplicated_groups():
