@@ -147,9 +147,9 @@ class StreamingPolicy(Policy):
         if self.pool_free < g.size:
             return None
         if self._dirty:
-            for inst in self._dirty.values():
-                if inst.id in self.pool:
-                    self._push(inst)
+            for changed in self._dirty.values():
+                if changed.id in self.pool:
+                    self._push(changed)
             self._dirty.clear()
         heap, pool = self._heap, self.pool
         cost = self.pick_cost(g)
@@ -161,10 +161,9 @@ class StreamingPolicy(Policy):
         left = g.size
         while left:
             key, iid, stamp = heappop(heap)
-            got = pool.get(iid)
-            if got is None or got.stamp != stamp:
+            inst = pool.get(iid)
+            if inst is None or inst.stamp != stamp:
                 continue  # stale entry
-            inst = got
             k = taken.get(iid, 0)
             if inst.max_seqs - len(inst.active) - k <= 0:
                 back.append((key, iid, stamp))

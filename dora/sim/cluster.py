@@ -180,7 +180,7 @@ class Cluster:
         eid = env._eid
         base = iid if iid >= 0 else _KIND_STRIDE - 1
 
-        def schedule(t: float, kind: int, fn: Callable[[simpy.events.Event], None]) -> None:
+        def schedule(t: float, kind: int, fn: Callable[[Any], None]) -> None:
             if t < env._now:
                 raise RuntimeError(f"scheduling in the past: {t} < {env._now}")
             heapq.heappush(queue, (t, kind * _KIND_STRIDE + base, next(eid), _At(fn)))
