@@ -132,12 +132,15 @@ def test_summary_groups_by_correction(bench):
     assert s["dora+off"]["is_ess_mean"] == 1.0 and s["dora+off"]["seeds"] == 1
 
 
-def test_staleness_hist_from_train_rows(bench):
+def test_staleness_hist_counts_from_the_first_token(bench):
+    """As dora.metrics counts it: trajectory 2's first tokens came from version 0 (its finish row),
+    though its train row says 1; trajectories without segment rows fall back to the train row."""
     import pandas as pd
 
-    ev = pd.DataFrame({"event": ["sample", "train", "train", "train", "publish", "train"],
-                       "version": [0, 0, 1, 1, -1, 0], "trainer_version": [-1, 2, 2, 5, 3, 0]})
-    assert bench.staleness_hist(ev) == {0: 1, 1: 1, 2: 1, 4: 1}
+    ev = pd.DataFrame({"event": ["sample", "finish", "train", "train", "train", "publish", "train"],
+                       "trajectory": [-1, 2, 0, 1, 2, -1, 3], "tokens": [0, 7, 5, 5, 7, 0, 5],
+                       "version": [0, 0, 0, 1, 1, -1, 0], "trainer_version": [-1, -1, 2, 2, 5, 3, 0]})
+    assert bench.staleness_hist(ev) == {0: 1, 1: 1, 2: 1, 5: 1}
 
 
 def test_merge_keeps_the_other_correction(bench, tmp_path):
