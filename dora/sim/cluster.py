@@ -32,22 +32,10 @@ from dora.trace import Trace
 _KIND_STRIDE = 1 << 20
 
 
-class _At:
-    """A SimPy queue entry that fires a plain callback at an absolute time (no delay arithmetic).
-    `fn` takes the entry (and ignores it): SimPy's step calls it as the event's callback, and
-    reads only `callbacks` and `_ok`."""
-
-    __slots__ = ("callbacks", "_ok")
-
-    def __init__(self, fn: Callable[[Any], None]) -> None:
-        self.callbacks: list[Callable[[Any], None]] | None = [fn]  # SimPy sets None once processed
-        self._ok = True
-
-
 class _Call:
-    """A SimPy queue entry for an instance boundary: `callbacks` (the instance's bound
-    `_boundary`, made once) get the entry, whose `arg` is the boundary's token. Cheaper than an
-    `_At` plus a closure per event; SimPy's step reads only `callbacks` and `_ok`."""
+    """A SimPy queue entry, fired at an absolute time (no delay arithmetic): SimPy's step calls
+    each of `callbacks` with the entry (reading only `callbacks` and `_ok`). An instance boundary
+    passes its bound `_boundary`, made once, and its token as `arg`: no closure per event."""
 
     __slots__ = ("callbacks", "arg", "_ok")
 
@@ -183,7 +171,7 @@ class Cluster:
         def schedule(t: float, kind: int, fn: Callable[[Any], None]) -> None:
             if t < env._now:
                 raise RuntimeError(f"scheduling in the past: {t} < {env._now}")
-            heapq.heappush(queue, (t, kind * _KIND_STRIDE + base, next(eid), _At(fn)))
+            heapq.heappush(queue, (t, kind * _KIND_STRIDE + base, next(eid), _Call((fn,), 0)))
 
         return schedule
 
