@@ -50,8 +50,9 @@ class LaminarConfig:
 class DoraConfig:
     """DORA: multi-version streaming, repartition with KV migration, supplementation."""
 
-    repartition_load: float = 0.5  # switch an old-version instance when its load < this share of slots
-    pack_occupancy: float = 0.1  # migrated old-version tails fill a peer to at most this share of slots
+    spread_tails: bool = True  # a drained old-version instance hosts an at-risk tail of its version
+    consolidate: bool = True  # when slots are short, pack old-version instances onto peers (no tail at risk)
+    repartition_load: float = 0.5  # consolidate an old-version instance with at most this share of its slots busy
     migrate_kv: bool = True  # ship KV with migrated trajectories (no re-prefill)
     supplement: bool = True  # staleness-aware over-provisioning on the newest version
     supplement_max_share: float = 0.25  # at most this share of B extra groups in flight
@@ -63,8 +64,6 @@ class DoraConfig:
     def validate(self) -> None:
         if not 0 <= self.repartition_load <= 1:
             raise InputError(f"repartition_load: must be in [0, 1], got {self.repartition_load}")
-        if not 0 < self.pack_occupancy <= 1:
-            raise InputError(f"pack_occupancy: must be in (0, 1], got {self.pack_occupancy}")
         if not 0 <= self.supplement_max_share <= 4:
             raise InputError(f"supplement_max_share: must be in [0, 4], got {self.supplement_max_share}")
         if self.max_regenerations < 0:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dora.sched.costs import DecodeCost
+
 
 @dataclass(slots=True)
 class InstanceSpec:
@@ -24,11 +26,13 @@ class InstanceSpec:
 
 @dataclass(slots=True)
 class ClusterStarted:
-    """First event of a run: the cluster's shape and the initial policy version."""
+    """First event of a run: the cluster's shape, the initial policy version and the costs the
+    body knows (None: the scheduler's defaults, scaled by what it learns)."""
 
     instances: tuple[InstanceSpec, ...]
     trainer_devices: int
     version: int = 0  # weights loaded everywhere at t=0
+    cost: DecodeCost | None = None
 
 
 @dataclass(slots=True)

@@ -280,6 +280,8 @@ class Policy:
             v.instances[spec.id] = InstView(spec.id, spec.max_seqs, spec.kv_tokens, spec.devices,
                                             versions={ev.version}, elastic=spec.elastic)
         v.trainer_devices = ev.trainer_devices
+        if ev.cost is not None:
+            v.cost = ev.cost
         v.trainer_version = v.latest_version = ev.version
         self.index_all()
         self.on_start()

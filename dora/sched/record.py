@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from dora.sched import actions as A
 from dora.sched import events as E
+from dora.sched.costs import DecodeCost
 from dora.sched.policy import Policy
 
 _EVENTS = {c.__name__: c for c in (E.ClusterStarted, E.GroupsSampled, E.KVRead, E.TrajectoryFinished, E.TrajectoryLost,
@@ -40,6 +41,8 @@ def decode_event(d: dict) -> E.Event:
     for key, sub in _NESTED.items():
         if key in d:
             d[key] = tuple(sub(**{k: v for k, v in x.items() if k != "type"}) for x in d[key])
+    if isinstance(d.get("cost"), dict):
+        d["cost"] = DecodeCost(**{k: v for k, v in d["cost"].items() if k != "type"})
     for key in ("instances", "used"):
         if key in d and not isinstance(d[key], tuple):
             d[key] = tuple(d[key])

@@ -10,6 +10,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
+from dora.sched.costs import DecodeCost
+
 # trajectory states
 QUEUED_OR_RUNNING, MIGRATING, FINISHED, ABORTED = 0, 1, 2, 3
 # group states
@@ -115,6 +117,7 @@ class ClusterView:
         self.next_traj = 0
         self.running_groups = 0  # sampled and not complete (AReaL's "running")
         self.accepted_groups = 0  # completed (AReaL's "accepted", cumulative)
+        self.cost = DecodeCost()  # the body's decode costs as given in ClusterStarted (else defaults)
 
     # ---- instances ---------------------------------------------------------------------------
     def total_slots(self) -> int:

@@ -192,7 +192,7 @@ class Cluster:
     def run(self) -> None:
         el = set(self.spec.elastic)
         specs = tuple(E.InstanceSpec(i.id, i.max_seqs, i.kv_tokens, i.devices, i.id in el) for i in self.instances)
-        self.deliver(E.ClusterStarted(specs, self.trainer.devices))
+        self.deliver(E.ClusterStarted(specs, self.trainer.devices, cost=self.cost.decode_cost()))
         self._schedule_faults()
         if self.imbalance is not None and self.imbalance.active():
             self._redraw_later(self.imbalance.cfg.redraw_s)

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dora.errors import InputError
+from dora.sched.costs import DecodeCost
 
 
 @dataclass
@@ -93,6 +94,12 @@ class CostModel:
     def host_factor(self, busy: int) -> float:
         """Slowdown of `busy` processes sharing the host's cores (1 without a shared host)."""
         return max(1.0, busy / self.host_cores) if self.host_cores > 0 else 1.0
+
+    def decode_cost(self) -> DecodeCost:
+        """The coefficients a scheduler is given (not the instances' slowdowns: it learns those)."""
+        return DecodeCost(self.decode_base_s, self.decode_expert_s, self.expert_touch, self.decode_per_seq_s,
+                          self.decode_per_ctx_token_s, self.kv_transfer_base_s, self.kv_transfer_per_token_s,
+                          self.weight_load_s)
 
     def kv_transfer_s(self, ctx_tokens: int) -> float:
         return self.kv_transfer_base_s + self.kv_transfer_per_token_s * ctx_tokens

@@ -4,19 +4,28 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
 - Several versions are served at once. New groups always start on the newest version;
   trajectories stream to the trainer as their groups complete; a group never changes
   version (C1 holds).
-- Repartition: when a version is published the orchestrator moves instances to it, least
-  old-version load first (predicted remaining tokens). An instance whose old-version load
-  is at most `repartition_load` of its slots has its trajectories migrated, KV cache and
-  all (no re-prefill), onto the busiest same-version peers, each filled to at most
-  `pack_occupancy` of its slots (MoE decode of a tail is several times faster per token on
-  a nearly empty instance); then it loads the new version. Old-version tails run to
-  completion on the instances that keep their version.
+- Every orchestration decision is weighed by the scheduler's own estimate of its effect
+  (`dora.sched.progress`: tokens made per trajectory from the decode-cost model the body
+  gives and the placements the scheduler made, each instance's speed learned from the
+  finishes it sees; `LengthPredictor`: remaining length from the run's own history; the
+  trainer's step time as observed). A trajectory of version v is *at risk* when it is
+  predicted to finish after the trainer would start step v + η, the last that may train it.
+- Repartition: an instance that no longer holds the newest version and has drained either
+  loads the newest version or, when the newest version has slots enough for every group
+  the staleness cap admits (more slots would stand idle), hosts the at-risk trajectory of
+  its version that is predicted to finish last, moved there with its KV cache (no
+  re-prefill): alone on an instance a long-tail trajectory decodes several times faster
+  than in a full batch (`spread_tails`).
+- Consolidation: when groups wait for slots, an old-version instance with at most
+  `repartition_load` of its slots busy moves all its trajectories (with KV) onto the
+  busiest same-version peer that can take them while none of them becomes at risk, and
+  loads the newest version (`consolidate`).
   With versions_per_instance > 1 an instance instead loads the new version next to the old
   one and serves both until the old tails finish.
 - Staleness: batches take the oldest version first. When a trainer step at version i would
   leave a group unable to be trained within η (`Policy.staleness_excess`), that group is
-  aborted and regenerated on the newest version (logged; C2 holds). A group regenerated
-  `max_regenerations` times is not aborted again: the trainer waits for it instead, so long
+  aborted and regenerated on the newest version (logged; C2 holds), at most
+  `max_regenerations` times per group; after that the trainer waits for it, so long
   answers are never systematically dropped.
 - Staleness-aware supplementation: at each publication the orchestrator predicts how many
   in-flight groups will complete within the next step; if the buffer plus those falls short
@@ -36,10 +45,13 @@ from __future__ import annotations
 from mypy_extensions import mypyc_attr
 
 from dora.sched.config import PolicyConfig
-from dora.sched.loadindex import LoadIndex
 from dora.sched.predictor import LengthPredictor
-from dora.sched.state import G_RUNNING, QUEUED_OR_RUNNING, GroupView, InstView
+from dora.sched.progress import Progress
+from dora.sched.state import G_RUNNING, MIGRATING, QUEUED_OR_RUNNING, GroupView, InstView
 from dora.sched.streaming import StreamingPolicy
+
+_SOURCES_LOOKED_AT = 4  # per hosting decision: the most crowded instances whose tails are weighed
+_DESTINATIONS_LOOKED_AT = 8  # per consolidation: peers weighed as destinations
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # users subclass policies
@@ -53,17 +65,28 @@ class DoraPolicy(StreamingPolicy):
         self.dc = dc
         self.vpi = dc.versions_per_instance
         self.pred = LengthPredictor() if dc.predictor == "history" else None
-        self.old = LoadIndex(cap=self._cap)  # its `free` tallies packing room (`_room`) per version
+        self.prog = Progress(self.view.cost)  # replaced in on_start by one with the body's costs
         self.extra = 0  # supplementation headroom for the current step
         self._last_step_s = 0.0
         self._last_pub = 0.0
+        self._train_s = 0.0  # trainer step (Train to publication), averaged over steps
+        self._train_t0 = 0.0
+        self._incoming: dict[int, int] = {}  # instances loading the newest version -> their slots
+        self._critical: dict[int, tuple[float, float]] = {}  # version -> (when, critical finish)
+        # trainer idle time, recent steps weighted more: starved (fewer than B complete groups)
+        # or blocked (B or more, but a late group holds the step: the staleness bound)
+        self._starved_s = 0.0
+        self._blocked_s = 0.0
+        self._idle_t = 0.0
+        self._pace_s = 0.0  # publication interval, averaged over steps
 
     # ---- serving and placement --------------------------------------------------------------------
     def on_start(self) -> None:
+        self.prog = Progress(self.view.cost)
+        for iid in self.view.instances:
+            self.prog.add_instance(iid)
         self._elastic = [i for i in self.view.instances.values() if i.elastic]
-        caps = {self._cap(i) for i in self.view.instances.values() if not i.elastic}
-        self._cap_max, self._cap_uniform = max(caps), len(caps) == 1
-        self._room_min = self._cap_max if self._cap_uniform else 1  # room a candidate needs at least
+        self._cap_max = max(i.max_seqs for i in self.view.instances.values() if not i.elastic)
         self.admit()
 
     def is_serving(self, inst: InstView) -> bool:
@@ -100,20 +123,117 @@ class DoraPolicy(StreamingPolicy):
     def admission_cap(self) -> int:
         return StreamingPolicy.admission_cap(self) + self.extra
 
+    # ---- progress bookkeeping (every change of where a trajectory runs) -----------------------------
+    def start_group(self, g: GroupView, version: int, instances: list[InstView], pred: float = 0.0) -> None:
+        super().start_group(g, version, instances, pred)
+        prog, now, plen, trajs = self.prog, self.now, g.prompt_len, g.trajs
+        for k in range(len(trajs) - g.size, len(trajs)):
+            prog.join(trajs[k], instances[k - len(trajs) + g.size].id, plen, 0.0, now)
+
+    def migrate(self, traj: int, dst: InstView, kv: bool = True) -> None:
+        super().migrate(traj, dst, kv)
+        self.prog.move(traj, dst.id, self.now)
+
+    def abort(self, traj: int, reason: str) -> None:
+        super().abort(traj, reason)
+        self.prog.leave(traj, self.now)
+
+    def regenerate(self, g: GroupView, reason: str) -> None:
+        trajs = self.view.trajs
+        for tid in g.trajs:
+            st = trajs[tid].state
+            if st == QUEUED_OR_RUNNING or st == MIGRATING:
+                self.prog.leave(tid, self.now)
+        super().regenerate(g, reason)
+
+    def on_lost(self, traj: int, inst: int) -> None:
+        self.prog.leave(traj, self.now)
+        super().on_lost(traj, inst)
+
+    def load(self, inst: InstView, version: int, mode: str = "drain", evict: int = -1) -> None:
+        super().load(inst, version, mode, evict)
+        self.prog.pause(inst.id, self.now)
+        if version == self.view.latest_version:
+            self._incoming[inst.id] = inst.max_seqs
+
+    # ---- estimates ------------------------------------------------------------------------------
+    def deadline(self, version: int, paced: bool = False) -> float:
+        """Predicted start of step version + η, the last that may train a group of `version`,
+        were no group of `version` late. The k steps before it take at least the observed
+        trainer step each (back to back, as when late groups hold the trainer), and as much of
+        the observed publication interval as the trainer's recent idle time was starved of
+        data (when data, not late groups, paces the trainer)."""
+        v = self.view
+        busy = v.trainer_busy
+        k = version + self.eta - (v.trainer_version + (1 if busy else 0))
+        if k < 0:
+            return self.now
+        start = max(self._train_t0 + self._train_s, self.now) if busy else self.now
+        step = self._train_s
+        if paced:  # weight the observed pace by how clearly data, not late groups, paced the trainer
+            w = max(0.0, (self.starved_share() - 0.8) / 0.2)
+            step = max(step, w * self._pace_s)
+        return start + k * step
+
+    def critical(self, version: int) -> float:
+        """Predicted finish of the last in-flight trajectory of an old `version` where it runs now:
+        when its last group completes (recomputed at most once per simulated second)."""
+        hit = self._critical.get(version)
+        if hit is not None and self.now - hit[0] < 1.0:
+            return hit[1]
+        now, prog = self.now, self.prog
+        fin = now
+        for inst in self.old.members(version):
+            for tid in inst.active:
+                f = now + prog.time_left(tid, self.remaining(tid), now)
+                if f > fin:
+                    fin = f
+        self._critical[version] = (now, fin)
+        return fin
+
+    def remaining(self, traj: int) -> float:
+        """Predicted tokens a running trajectory has still to make."""
+        g = self.prog.generated(traj, self.now)
+        if self.pred is not None:
+            return max(self.pred.conditional_mean(g) - g, 1.0)
+        return g + 1.0  # no history: as long again as it has run (a heavy tail's median residual)
+
+    def _tick(self, completed: int = 0) -> None:
+        """Count the trainer's idle time since the last tick as starved or blocked (`completed`:
+        groups that joined the buffer at this instant, not in it during the interval)."""
+        if not self.view.trainer_busy:
+            dt = self.now - self._idle_t
+            if len(self.view.buffer) - completed >= self.B:
+                self._blocked_s += dt
+            else:
+                self._starved_s += dt
+        self._idle_t = self.now
+
+    def starved_share(self) -> float:
+        """Share of the trainer's recent idle time spent short of data; 0 (no evidence that data
+        paces the trainer) until η + 1 steps have trained: before that the pipeline is filling
+        and every policy starves."""
+        tot = self._starved_s + self._blocked_s
+        if tot <= 0.0 or self.view.trainer_version <= self.eta + 1:
+            return 0.0
+        return self._starved_s / tot
+
+    def capacity_needed(self, ahead: int = 0) -> bool:
+        """Groups the staleness cap admits now (and after `ahead` more trainer steps) would find
+        no free slots on the newest version, counting instances already loading it: one more
+        instance serving it would be put to work."""
+        if self.backlog:
+            return True
+        cap = self._admit_cap
+        if cap is None:
+            cap = self._admit_cap = self.admission_cap()
+        want = cap - self.untrained + ahead * self.B
+        return want > 0 and want * (self.G or 1) > self.pool_free + sum(self._incoming.values())
+
     # ---- repartition ------------------------------------------------------------------------------
-    def old_load(self, inst: InstView) -> float:
-        """Predicted remaining work on an instance that does not hold the newest version."""
-        return self.work_left(inst)
-
     def repartition(self) -> None:
-        """Move instances to the newest version, least old-version load first.
-
-        Per old version: drained instances switch at once; then, fewest trajectories first
-        (ties: least predicted remaining work), an instance with at most `repartition_load` of
-        its slots busy switches when the packing room of its same-version peers (`_room`) can
-        take its trajectories, which migrate to the busiest peers with room.
-        Candidates come from the load buckets of `self.old`, so a call costs O(slots), not
-        O(instances)."""
+        """Every old version: drained instances host an at-risk tail or load the newest version;
+        consolidate when capacity is needed."""
         latest = self.view.latest_version
         if not len(self.old):
             return
@@ -124,68 +244,101 @@ class DoraPolicy(StreamingPolicy):
             self._repartition_version(ver, latest)
 
     def _repartition_version(self, ver: int, latest: int) -> None:
-        old = self.old
-        drained = old.buckets[ver].get(0)  # old.bucket(ver, 0), inlined (called on most finishes)
+        drained = self.old.buckets[ver].get(0)  # old.bucket(ver, 0), inlined (called on most finishes)
         if drained:
             for inst in sorted(drained.values(), key=lambda i: i.id):
-                self.load(inst, latest)  # drained: switch now
-        room = old.free.get(ver, 0)  # packing room over the version's instances (sum of _room)
-        if room < self._room_min:
-            return  # a candidate needs room >= max(cap, its load)
-        loads = old.loads(ver)
-        share = self.dc.repartition_load
-        for load in loads:
-            if load > room:
-                break  # a candidate needs room >= its load; loads ascend
-            bucket = [i for i in old.bucket(ver, load) if load <= share * i.max_seqs]
-            if not bucket:
-                continue
-            bucket.sort(key=lambda i: (self.old_load(i), i.id))
-            for inst in bucket:
-                if room - self._room(inst) < inst.load or not inst.settled():
+                if not self._host_tail(ver, inst):
+                    self.load(inst, latest)  # drained: switch now
+        if self.dc.consolidate and self.capacity_needed():
+            self._consolidate(ver, latest)
+
+    def _host_tail(self, ver: int, host: InstView) -> bool:
+        """Move to the drained `host` the at-risk trajectory of `ver` predicted to finish last,
+        if it finishes earlier there; only while the newest version needs no more slots."""
+        if not self.dc.spread_tails or self.capacity_needed():
+            return False
+        now, prog, old = self.now, self.prog, self.old
+        dl = self.deadline(ver)
+        best, best_fin, best_gain = -1, 0.0, 0.0
+        looked = 0
+        for load in reversed(old.loads(ver)):
+            if load < 2 or looked >= _SOURCES_LOOKED_AT:
+                break  # alone on its instance, a trajectory gains nothing from moving
+            for src in old.bucket(ver, load):
+                if looked >= _SOURCES_LOOKED_AT:
+                    break
+                looked += 1
+                if not src.settled():
                     continue
-                room -= self._room(inst) + inst.load
-                self._pack_away(ver, inst)
-                self.load(inst, latest)
-                if self._cap_uniform and room < self._cap_max:
-                    return
+                tid = max(src.active, key=lambda t: (prog.generated(t, now), -t))
+                rem = self.remaining(tid)
+                fin = now + prog.time_left(tid, rem, now)
+                if fin <= dl or fin <= best_fin:
+                    continue
+                ctx = prog.plen[tid] + prog.generated(tid, now)
+                there = now + self.view.cost.kv_move_s(ctx) + prog.time_left(tid, rem, now, host.id, 1, ctx)
+                if fin - there > 0.05 * (fin - now):
+                    best, best_fin, best_gain = tid, fin, fin - there
+        if best < 0:
+            return False
+        self.migrate(best, host, kv=self.dc.migrate_kv)
+        return True
 
-    def _cap(self, inst: InstView) -> int:
-        return max(int(self.dc.pack_occupancy * inst.max_seqs), 1)
-
-    def _room(self, inst: InstView) -> int:
-        """Slots an old-version peer still takes migrated tails into (packing cap minus its load)."""
-        return max(self._cap(inst) - inst.load, 0)
-
-    def _pack_away(self, ver: int, src: InstView) -> None:
-        """Migrate all of `src`'s trajectories, each to the first of `_packing_peers` with room."""
-        peers = iter(self._packing_peers(ver, src, src.load))
-        p = next(peers)
-        for tid in list(src.active):
-            while self._room(p) <= 0:  # (a peer's room only shrinks here: never look back)
-                p = next(peers)
-            self.migrate(tid, p, kv=self.dc.migrate_kv)
-
-    def _packing_peers(self, ver: int, src: InstView, need: int) -> list[InstView]:
-        """Same-version instances with packing room, busiest first (ties: lowest id), as many
-        as take `need` trajectories between them."""
-        out = []
-        for load in reversed(self.old.loads(ver)):
-            if load >= self._cap_max:
+    def _consolidate(self, ver: int, latest: int) -> None:
+        """Old-version instances with few trajectories (at most `repartition_load` of their slots),
+        fewest first, move whole onto the busiest peer of their version on which every moved and
+        resident trajectory is predicted to finish before the version's own last one or the
+        earliest time the trainer could need it, whichever is later; then load the newest."""
+        old, share = self.old, self.dc.repartition_load
+        dl = self.deadline(ver, paced=True)
+        for load in old.loads(ver):
+            if load == 0:
                 continue
-            for p in self.old.at(ver, load):
-                if p.id != src.id:
-                    room = self._room(p)
-                    if room > 0:
-                        out.append(p)
-                        need -= room
-                        if need <= 0:
-                            return out
-        return out
+            if load > share * self._cap_max:
+                return
+            for src in sorted(old.bucket(ver, load), key=lambda i: i.id):
+                if load > share * src.max_seqs or not src.settled():
+                    continue
+                if not self.capacity_needed():
+                    return
+                dst = self._safe_destination(ver, src, dl)
+                if dst is None:
+                    continue
+                for tid in list(src.active):
+                    self.migrate(tid, dst, kv=self.dc.migrate_kv)
+                self.load(src, latest)
+
+    def _safe_destination(self, ver: int, src: InstView, dl: float) -> InstView | None:
+        """The busiest instance of `ver` with room for all of `src`'s trajectories on which, with
+        them, every trajectory is predicted to finish by `dl` (and the KV cache holds them)."""
+        now, prog, cost = self.now, self.prog, self.view.cost
+        moved = list(src.active)
+        m = len(moved)
+        mctx = sum(prog.plen[t] + prog.generated(t, now) for t in moved)
+        worst_moved = max(self.remaining(t) for t in moved)
+        looked = 0
+        for load in reversed(self.old.loads(ver)):
+            if looked >= _DESTINATIONS_LOOKED_AT:
+                return None
+            for p in self.old.bucket(ver, load):
+                if p is src or load + m > p.max_seqs:
+                    continue
+                if looked >= _DESTINATIONS_LOOKED_AT:
+                    return None
+                looked += 1
+                ctx = prog.context(p.id, now) + mctx
+                if ctx > 0.9 * p.kv_tokens:
+                    continue
+                worst = max([worst_moved] + [self.remaining(t) for t in p.active])
+                n = prog.load(p.id) + m
+                fin = now + prog.f[p.id] * (worst * cost.step_s(n, ctx) + cost.per_ctx_s * n * worst * worst / 2.0)
+                if fin <= dl:
+                    return p
+        return None
 
     def _repartition_multi(self, old: list[InstView], latest: int) -> None:
         """versions_per_instance > 1: load the newest next to the old; evict versions with no work."""
-        for inst in sorted(old, key=lambda i: (self.old_load(i), i.id)):
+        for inst in sorted(old, key=lambda i: (self.work_left(i), i.id)):
             live = {t.version for t in inst.active.values()}
             if not live:
                 self.load(inst, latest)
@@ -198,32 +351,42 @@ class DoraPolicy(StreamingPolicy):
 
     # ---- events -----------------------------------------------------------------------------------
     def on_published(self, version: int) -> None:
+        self._idle_t = self.now
+        self._starved_s *= 0.5
+        self._blocked_s *= 0.5
+        step = self.now - self._train_t0
+        self._train_s = step if self._train_s == 0.0 else 0.5 * (self._train_s + step)
         self._last_step_s = self.now - self._last_pub
+        self._pace_s = self._last_step_s if self._pace_s == 0.0 else 0.5 * (self._pace_s + self._last_step_s)
         self._last_pub = self.now
+        self._incoming.clear()  # loads under way are of an older version now
         self.repartition()
         self._plan_supplement()
         self.admit()
 
     def after_finish(self, traj: int, inst: InstView, group_done: GroupView | None) -> None:
+        t = self.view.trajs[traj]
+        self.prog.finish(traj, t.tokens, self.now)
+        if group_done is not None:
+            self._tick(1)
         pred = self.pred
         if pred is not None:
-            t = self.view.trajs[traj]
             pred.observe(t.prompt_id, t.tokens, inst.id, self.now - t.t_start)
             if group_done is not None:
                 pred.forget(group_done.prompt_id)
-        old = self.old
-        at = old.where.get(inst.id)
+        at = self.old.where.get(inst.id)
         if at is not None:
             if self.vpi > 1:
                 self.repartition()
-            elif 0 in old.buckets[at[0]] or old.free.get(at[0], 0) >= self._room_min:
-                # only its version's loads changed; (else _repartition_version would do nothing)
+            elif inst.load == 0 or (self.dc.consolidate and inst.load <= self.dc.repartition_load * inst.max_seqs):
                 self._repartition_version(at[0], self.view.latest_version)
 
     def after_aborts(self) -> None:
         self.repartition()
 
     def on_loaded(self, inst: InstView, version: int) -> None:
+        self.prog.resume(inst.id, self.now)
+        self._incoming.pop(inst.id, None)
         # a load that a newer publication overtook leaves an old-version instance: repartition
         # its version now (nothing else would: no finish happens on a drained instance)
         at = self.old.where.get(inst.id)
@@ -232,6 +395,9 @@ class DoraPolicy(StreamingPolicy):
         elif at is not None:
             self.repartition()
         self.admit()
+
+    def on_instance_failed(self, inst: InstView, was_loading: int) -> None:
+        self._incoming.pop(inst.id, None)
 
     def ready_batch(self) -> list[GroupView] | None:
         """Oldest B complete groups. Groups that training them would leave beyond η are aborted
@@ -277,7 +443,9 @@ class DoraPolicy(StreamingPolicy):
                 self.load(inst, latest)
 
     def train_batch(self, batch: list[GroupView]) -> None:
+        self._tick()
         self._vacate_elastic()
+        self._train_t0 = self.now
         super().train_batch(batch)
 
     def _vacate_elastic(self) -> None:

@@ -1,0 +1,62 @@
+"""What the scheduler knows of a body's costs: the decode-step model, KV transfer, weight loads.
+
+A decode step of an instance running n sequences that hold C context tokens between them takes
+
+    f · (base + expert·(1 − (1 − touch)^n) + per_seq·n + per_ctx·C)   seconds,
+
+the shape of the simulator's cost model (`dora.sim.cost`), with f the instance's speed factor.
+The body gives the coefficients it knows (the simulator its cost model, the executor a
+calibrated cost file) in `ClusterStarted`; f is not given: the scheduler learns it per
+instance from the trajectories it sees finish (`dora.sched.progress`). Without coefficients the
+defaults below stand in (an H800 pair serving a 30B-A3B MoE) and the learned f absorbs the
+scale.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class DecodeCost:
+    base_s: float = 0.002459  # per step: non-expert weights and step overhead
+    expert_s: float = 0.010818  # reading every routed expert once (0 for dense models)
+    touch: float = 0.0625  # share of experts one token uses
+    per_seq_s: float = 1.0252e-5  # per running sequence per step
+    per_ctx_s: float = 1.834e-8  # per context token per step
+    kv_base_s: float = 0.005  # per migration with KV
+    kv_per_token_s: float = 9.83e-7  # per context token moved
+    weight_load_s: float = 1.1106  # one instance loads a version
+
+    def weights_s(self, n: int) -> float:
+        """Weight reads of one step over n sequences of one version."""
+        if self.expert_s == 0.0 or n <= 0:
+            return self.base_s
+        return self.base_s + self.expert_s * (1.0 - (1.0 - self.touch) ** n)
+
+    def step_s(self, n: int, ctx: float) -> float:
+        """One step of n sequences holding `ctx` context tokens (f = 1)."""
+        return self.weights_s(n) + self.per_seq_s * n + self.per_ctx_s * ctx
+
+    def steps_in(self, dt: float, n: int, ctx: float, f: float) -> float:
+        """Steps (fractional) done in `dt` seconds by n sequences starting with `ctx` context
+        tokens: step k takes A + Bq·k with A = f·step_s(n, ctx), Bq = f·per_ctx·n (the context
+        grows by n per step), so j steps take j·A + Bq·j(j−1)/2."""
+        if n <= 0 or dt <= 0.0:
+            return 0.0
+        a = f * self.step_s(n, ctx)
+        bq = f * self.per_ctx_s * n
+        if bq <= 0.0:
+            return dt / a
+        lin = a - bq / 2.0
+        return (-lin + math.sqrt(lin * lin + 2.0 * bq * dt)) / bq
+
+    def time_for(self, tokens: float, n: int, ctx: float, f: float) -> float:
+        """Seconds for `tokens` more steps of n sequences starting with `ctx` context tokens."""
+        if tokens <= 0.0:
+            return 0.0
+        return f * (tokens * self.step_s(n, ctx) + self.per_ctx_s * n * tokens * (tokens - 1.0) / 2.0)
+
+    def kv_move_s(self, ctx: float) -> float:
+        return self.kv_base_s + self.kv_per_token_s * ctx

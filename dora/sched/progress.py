@@ -1,0 +1,157 @@
+"""Estimated decode progress of every running trajectory, from what the scheduler knows.
+
+No body reports per-token progress. The scheduler knows which trajectories run where (it
+placed them) and the decode-step model (`DecodeCost`), so it keeps, per instance, a clock of
+the decode steps done so far: between two membership changes the batch is fixed, and
+`DecodeCost.steps_in` turns the elapsed time into steps. A trajectory that joined at clock k0
+with g0 tokens already made (carried by a migration) has made g0 + clock − k0 tokens.
+
+The instance's speed factor f is learned: when a trajectory finishes, the body reports its
+length; the steps the clock counted for it over the steps it really took is how much slower
+(> 1) or faster than assumed the instance ran, and f moves towards it (a log-space average).
+An update costs O(1).
+"""
+
+from __future__ import annotations
+
+import math
+
+from dora.sched.costs import DecodeCost
+
+
+class Progress:
+    LEARN = 0.3  # weight of one finish in the speed-factor average
+    CLAMP = 2.0  # one finish moves f by at most this factor
+
+    def __init__(self, cost: DecodeCost) -> None:
+        self.cost = cost
+        # per instance (ids are dense)
+        self.clock: list[float] = []  # decode steps done since the start
+        self.t: list[float] = []  # time the clock was last brought up to date
+        self.n: list[int] = []  # trajectories running
+        self.ctx: list[float] = []  # their context tokens at `t`
+        self.f: list[float] = []  # learned speed factor (seconds per modelled second)
+        self.paused: list[bool] = []  # loading weights: no decode steps
+        # per trajectory (ids are dense); inst -1 = not running
+        self.inst: list[int] = []
+        self.k0: list[float] = []
+        self.g0: list[float] = []
+        self.plen: list[int] = []
+
+    def add_instance(self, iid: int) -> None:
+        while len(self.clock) <= iid:
+            self.clock.append(0.0)
+            self.t.append(0.0)
+            self.n.append(0)
+            self.ctx.append(0.0)
+            self.f.append(1.0)
+            self.paused.append(False)
+
+    # ---- clock --------------------------------------------------------------------------------
+    def _steps(self, iid: int, now: float) -> float:
+        if self.paused[iid]:
+            return 0.0
+        return self.cost.steps_in(now - self.t[iid], self.n[iid], self.ctx[iid], self.f[iid])
+
+    def _advance(self, iid: int, now: float) -> None:
+        if now > self.t[iid]:
+            j = self._steps(iid, now)
+            if j > 0.0:
+                self.clock[iid] += j
+                self.ctx[iid] += self.n[iid] * j
+            self.t[iid] = now
+
+    def pause(self, iid: int, now: float) -> None:
+        self._advance(iid, now)
+        self.paused[iid] = True
+
+    def resume(self, iid: int, now: float) -> None:
+        self._advance(iid, now)
+        self.paused[iid] = False
+
+    # ---- membership ---------------------------------------------------------------------------
+    def join(self, traj: int, iid: int, plen: int, g0: float, now: float) -> None:
+        while len(self.inst) <= traj:
+            self.inst.append(-1)
+            self.k0.append(0.0)
+            self.g0.append(0.0)
+            self.plen.append(0)
+        self._advance(iid, now)
+        self.inst[traj] = iid
+        self.k0[traj] = self.clock[iid]
+        self.g0[traj] = g0
+        self.plen[traj] = plen
+        self.n[iid] += 1
+        self.ctx[iid] += plen + g0
+
+    def leave(self, traj: int, now: float) -> float:
+        """The trajectory stops running where it is; returns the tokens it has made."""
+        iid = self.inst[traj]
+        if iid < 0:
+            return 0.0
+        self._advance(iid, now)
+        g = self.g0[traj] + self.clock[iid] - self.k0[traj]
+        self.inst[traj] = -1
+        self.n[iid] -= 1
+        if self.n[iid] == 0:
+            self.ctx[iid] = 0.0  # no drift from float sums
+        else:
+            self.ctx[iid] = max(self.ctx[iid] - (self.plen[traj] + g), 0.0)
+        return g
+
+    def move(self, traj: int, dst: int, now: float) -> None:
+        """Migrated: it goes on at `dst` with the tokens it has."""
+        if self.inst[traj] < 0:
+            return
+        plen = self.plen[traj]
+        g = self.leave(traj, now)
+        self.join(traj, dst, plen, g, now)
+
+    def finish(self, traj: int, tokens: int, now: float) -> None:
+        """Finished with `tokens` in all: learn the instance's speed factor, then leave."""
+        iid = self.inst[traj]
+        if iid < 0:
+            return
+        self._advance(iid, now)
+        counted = self.clock[iid] - self.k0[traj]
+        real = tokens - self.g0[traj]
+        if counted > 1.0 and real > 1.0:
+            ratio = min(max(counted / real, 1.0 / self.CLAMP), self.CLAMP)
+            w = self.LEARN * min(real / 256.0, 1.0)  # short segments say little
+            self.f[iid] *= math.exp(w * math.log(ratio))
+        self.leave(traj, now)
+
+    # ---- reads --------------------------------------------------------------------------------
+    def generated(self, traj: int, now: float) -> float:
+        iid = self.inst[traj]
+        if iid < 0:
+            return 0.0
+        return self.g0[traj] + self.clock[iid] + self._steps(iid, now) - self.k0[traj]
+
+    def load(self, iid: int) -> int:
+        return self.n[iid]
+
+    def context(self, iid: int, now: float) -> float:
+        """Context tokens held by the instance's running trajectories at `now`."""
+        return self.ctx[iid] + self.n[iid] * self._steps(iid, now)
+
+    def step_s(self, iid: int, now: float, dn: int = 0, dctx: float = 0.0) -> float:
+        """Seconds per decode step on `iid` at `now`, with dn more trajectories holding dctx more context."""
+        n = self.n[iid] + dn
+        if n <= 0:
+            return 0.0
+        return self.f[iid] * self.cost.step_s(n, self.context(iid, now) + dctx)
+
+    def time_left(self, traj: int, remaining: float, now: float, iid: int = -1, dn: int = 0,
+                  dctx: float = 0.0) -> float:
+        """Seconds for `remaining` more tokens of `traj` on `iid` (default: where it runs) with the
+        batch as it is now (plus dn trajectories holding dctx context): the co-runners are
+        assumed to stay, its own context grows."""
+        if iid < 0:
+            iid = self.inst[traj]
+        if iid < 0 or remaining <= 0.0:
+            return 0.0
+        cost, f = self.cost, self.f[iid]
+        n = max(self.n[iid] + dn, 1)
+        return f * (remaining * cost.step_s(n, self.context(iid, now) + dctx)
+                    + cost.per_ctx_s * remaining * (remaining - 1.0) / 2.0)
