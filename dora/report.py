@@ -14,15 +14,15 @@ _FORMATS = {
     "staleness_mean": "{:.2f}", "staleness_max": "{}", "c1_violations": "{}", "c2_lost": "{}",
     "c2_duplicated": "{}", "c3_violations": "{}", "migrations": "{:,}", "reprefill_tokens": "{:,}",
     "weight_loads": "{:,}", "trained_samples": "{:,}", "steps": "{}", "bound_samples_per_s": "{:.3f}",
-    "bound_fraction": "{:.1%}", "speedup_vs_sync": "{:.2f}x", "sim_time_s": "{:,.0f}", "sim_wall_s": "{:.1f}",
-    "events": "{:,}", "reward_final": "{:.3f}", "wall_s": "{:.1f}", "instance_failures": "{:,}",
-    "instances_failed": "{:,}",
+    "bound_fraction": "{:.1%}", "eta_bound_samples_per_s": "{:.3f}", "eta_bound_fraction": "{:.1%}",
+    "speedup_vs_sync": "{:.2f}x", "sim_time_s": "{:,.0f}", "sim_wall_s": "{:.1f}", "events": "{:,}",
+    "reward_final": "{:.3f}", "wall_s": "{:.1f}", "instance_failures": "{:,}", "instances_failed": "{:,}",
 }
 _CONTRACT = tuple(m for m in METRIC_NAMES if m != "e2e_samples_per_s")
 _CONTRACT = _CONTRACT[:_CONTRACT.index("step_time_p99_s") + 1] + ("rollout_share",) + _CONTRACT[
     _CONTRACT.index("step_time_p99_s") + 1:]  # rollout_share (dora.metrics): beside the step times
-ROWS = ("e2e_samples_per_s", "speedup_vs_sync", "bound_fraction") + _CONTRACT + (
-    "bound_samples_per_s", "sim_time_s", "sim_wall_s", "events")
+ROWS = ("e2e_samples_per_s", "speedup_vs_sync", "bound_fraction", "eta_bound_fraction") + _CONTRACT + (
+    "bound_samples_per_s", "eta_bound_samples_per_s", "sim_time_s", "sim_wall_s", "events")
 EXEC_ROWS = ("e2e_samples_per_s", "speedup_vs_sync") + _CONTRACT + ("reward_final", "wall_s")
 
 

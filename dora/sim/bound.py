@@ -10,6 +10,9 @@ with S = min(max_seqs, kv_tokens / ctx̄). The trainer, never waiting for data, 
 B·G trajectories per train_s + publish_s. Disaggregated, the cluster can do no better than
 the slower of the two; colocated (same devices, one after the other), the harmonic sum.
 The bound is the better of the two placements for the same devices.
+
+`eta_bound_samples_per_s` below is a different ceiling: a proof-backed bound for a finite run under
+the staleness bound η (docs/eta_bound.md).
 """
 
 from __future__ import annotations
@@ -57,3 +60,105 @@ def bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devices_p
     coloc = 1.0 / (1.0 / r_all + 1.0 / t_all)
     return {"bound_samples_per_s": max(disagg, coloc), "bound_disaggregated": disagg, "bound_colocated": coloc,
             "bound_rollout_only": r, "bound_trainer_only": t, **m}
+
+
+# ---- the η-aware bound (docs/eta_bound.md) ----------------------------------------------------------
+#
+# A lower bound T on P_N - P_1 (first to last publication) for any policy that keeps C2 and C3, starts
+# groups in sampling order, each under the newest version, and never aborts or regenerates one; the
+# bound on e2e_samples_per_s is (N - 1)·B·G / T. Notation and the argument: docs/eta_bound.md.
+
+
+def _tail_s(L: np.ndarray, P: np.ndarray, cost: CostModel, f_min: float) -> np.ndarray:
+    """Shortest possible life of a trajectory, first step to result at the policy: its L decode steps
+    alone (batch 1, one version) on the fastest instance, its prompt's prefill (or, if it was moved
+    with KV before any prefill, that transfer), the result's latency."""
+    decode = L * (cost.weights_s(1) + cost.decode_per_seq_s) + cost.decode_per_ctx_token_s * (L * P + L * (L - 1) / 2)
+    first = np.minimum(f_min * cost.prefill_per_token_s * P, cost.kv_transfer_base_s + cost.kv_transfer_per_token_s * P)
+    return f_min * decode + first + cost.request_latency_s
+
+
+def _work_s(L: np.ndarray, P: np.ndarray, cost: CostModel, S: int) -> np.ndarray:
+    """Instance-seconds (slowdown 1) a trajectory's decode steps cost it at least: each step's weight
+    read shared by S = max_seqs sequences, its own per-sequence and attention terms (no prefill)."""
+    return L * (cost.weights_s(S) / S + cost.decode_per_seq_s) + cost.decode_per_ctx_token_s * (L * P + L * (L - 1) / 2)
+
+
+def _spaced_max(vals: np.ndarray, gap: int) -> float:
+    """Largest sum of `vals` over indices pairwise at least `gap` apart."""
+    best = [0.0] * (len(vals) + 1)  # best[m]: over the first m indices
+    for j, v in enumerate(vals):
+        best[j + 1] = max(best[j], float(v) + best[max(j + 1 - gap, 0)])
+    return best[-1]
+
+
+def eta_bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devices_per_instance: int, max_seqs: int,
+                            kv_tokens: int, trainer_devices: int, batch_size: int, eta: int, steps: int,
+                            slowdowns: np.ndarray) -> dict:
+    """Upper bound on e2e_samples_per_s of an N-step run under staleness η (docs/eta_bound.md).
+
+    slowdowns: per instance as simulate() draws them (MoE imbalance x stragglers): the `instances`
+    rollout instances, then the trainer_devices // devices_per_instance the trainer's devices hold."""
+    B, N, G, n = batch_size, steps, trace.group_size, trace.num_groups
+    on_trainer = trainer_devices // devices_per_instance
+    f = np.asarray(slowdowns[: instances + on_trainer], dtype=np.float64)
+    f_min = float(f.min())
+    L = trace.response_len.reshape(n, G).astype(np.float64)
+    P = trace.prompt_len.reshape(n, G).astype(np.float64)
+    # per trace group: slowest sample alone, decode work, trained tokens
+    tail = _tail_s(L, P, cost, f_min).max(axis=1)
+    work = _work_s(L, P, cost, max_seqs).sum(axis=1)
+    tokens = (L + P).sum(axis=1)
+
+    # group k is the dataset's k-th draw (trace row k mod n), in block k // B. Steps 1..N-1 can train
+    # only blocks 1-η..N-1+η; blocks 1+η..N-1-η they must train, from versions >= 1 (`forced`)
+    k = np.arange(max(1 - eta, 0) * B, (N + eta) * B)
+    block, rows = k // B, k % n
+    forced = (block >= 1 + eta) & (block <= N - 1 - eta)
+
+    def least(x: np.ndarray, count: int, pool: np.ndarray) -> float:
+        """Sum of x over the forced groups and the cheapest others of `pool`, `count` groups in all."""
+        rest = np.sort(x[pool & ~forced])[: max(count - int(forced.sum()), 0)]
+        return float(x[forced].sum() + rest.sum())
+
+    tok = tokens[rows]
+    tok_min = least(tok, (N - 1) * B, np.ones(len(k), bool))  # tokens trained by steps 1..N-1
+    tok_sorted = np.sort(tok)
+    tok_step_min, tok_step_max = float(tok_sorted[:B].sum()), float(tok_sorted[-B:].sum())  # one step's batch
+    W = least(work[rows], max(N - 1 - eta, 0) * B, block >= 1)  # rollout work inside [P_1, P_N]
+    block_tail = tail[rows[forced]].reshape(-1, B).max(axis=1)
+    host = cost.host_factor(instances + on_trainer + 1)  # a shared host slows a trainer step by at most this
+
+    def train_tail(devices: int, publish: float, load: float) -> tuple[float, float]:
+        """(sum of the N-1 gaps' train + publish, a lower bound on P_N - P_1 from it and the tails)."""
+        def step(tokens: float) -> float:
+            return cost.train_base_s + cost.train_device_s_per_token * tokens / devices
+
+        trained = (N - 1) * (step(0.0) + publish) + cost.train_device_s_per_token * tok_min / devices
+        x_min = step(tok_step_min) + publish  # one gap's train + publish at least
+        x_max = step(tok_step_max) * host + publish  # ... and at most
+        gap = 2 * eta + 1
+        by_sum = trained + _spaced_max(np.maximum(load + block_tail - eta * x_max, 0.0), gap)
+        by_min = (N - 1) * x_min + _spaced_max(np.maximum(load + block_tail - eta * x_min, 0.0), gap)
+        return trained, max(by_sum, by_min)
+
+    # disaggregated: trainer devices apart; instances on them (elastic) generate only while it waits
+    R_r, R_t = float((1.0 / f[:instances]).sum()), float((1.0 / f[instances:]).sum())
+    trained_d, tt_d = train_tail(trainer_devices, cost.publish_s, min(cost.weight_load_s, cost.colocated_reshard_s))
+    straddle = (N - 1) * on_trainer * (cost.weights_s(max_seqs) + cost.decode_per_seq_s * max_seqs
+                                       + cost.decode_per_ctx_token_s * kv_tokens)
+    cap_d = max(W, W - straddle + R_t * trained_d) / (R_r + R_t)
+    # colocated: every device generates, then trains (no publication; a reshard before generating)
+    all_devices = (instances + on_trainer) * devices_per_instance
+    trained_c, tt_c = train_tail(all_devices, 0.0, cost.colocated_reshard_s)
+    cap_c = W / (R_r + R_t) + trained_c
+    T_d, T_c = max(tt_d, cap_d), max(tt_c, cap_c)
+    samples = (N - 1) * B * G
+
+    def rate(T: float) -> float:
+        return samples / T if T > 0 else float("inf")
+
+    return {"eta_bound_samples_per_s": rate(min(T_d, T_c)), "eta_bound_disaggregated": rate(T_d),
+            "eta_bound_colocated": rate(T_c), "eta_T_trainer_tail_disaggregated_s": tt_d,
+            "eta_T_capacity_disaggregated_s": cap_d, "eta_T_trainer_tail_colocated_s": tt_c,
+            "eta_T_capacity_colocated_s": cap_c, "eta_rollout_work_s": W, "eta_f_min": f_min}

@@ -18,7 +18,7 @@ from dora.metrics import compute_metrics
 from dora.sched.policies import POLICIES
 from dora.sched.policy import Policy
 from dora.sched.state import ClusterView
-from dora.sim.bound import bound_samples_per_s
+from dora.sim.bound import bound_samples_per_s, eta_bound_samples_per_s
 from dora.sim.cluster import Cluster, ClusterSpec
 from dora.sim.config import SimConfig
 from dora.sim.faults import straggler_factors
@@ -101,6 +101,8 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
     rollout_devices = (n_inst - len(elastic)) * c.devices_per_instance
     bound = bound_samples_per_s(trace, cfg.cost, c.instances, c.devices_per_instance, c.max_seqs, c.kv_tokens,
                                 c.trainer_devices, cfg.policy.batch_size * G, slow_all)
+    eta_bound = eta_bound_samples_per_s(trace, cfg.cost, c.instances, c.devices_per_instance, c.max_seqs, c.kv_tokens,
+                                        c.trainer_devices, cfg.policy.batch_size, cfg.policy.eta, cfg.steps, slow_all)
     run_info = {
         "policy": name, "trace": trace.path, "eta": cfg.policy.eta, "batch_size": cfg.policy.batch_size,
         "group_size": G, "steps": cfg.steps, "instances": n_inst, "devices_per_instance": c.devices_per_instance,
@@ -133,6 +135,8 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
         policy.view = ClusterView()
     m["bound_samples_per_s"] = bound["bound_samples_per_s"]
     m["bound_fraction"] = m["e2e_samples_per_s"] / bound["bound_samples_per_s"]
+    m["eta_bound_samples_per_s"] = eta_bound["eta_bound_samples_per_s"]
+    m["eta_bound_fraction"] = m["e2e_samples_per_s"] / eta_bound["eta_bound_samples_per_s"]
     m["sim_wall_s"] = wall
     m["events"] = cluster.sim_events
     m["scheduler_events"] = cluster.events
@@ -145,6 +149,7 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
         "cluster": to_dict(cfg.cluster), "cost": to_dict(cfg.cost), "policy": policy.config_dict(),
         "faults": to_dict(cfg.faults), "weights": to_dict(cfg.weights), "imbalance": to_dict(cfg.imbalance),
         "bound": {k: v for k, v in bound.items()},
+        "eta_bound": eta_bound,
     }
     return RunResult(name, config, m, df)
 

@@ -26,14 +26,16 @@ def test_all_policies_table_and_json(small_trace, tmp_path, capsys):
     assert main(["--trace", str(small_trace), *SMALL, "--json", str(out), "--events", str(ev)]) == 0
     text = capsys.readouterr().out
     for name in ("sync", "one_step", "partial", "laminar", "dora", "speedup_vs_sync", "bound_fraction",
-                 "bubble-free bound"):
+                 "eta_bound_fraction", "eta_bound_samples_per_s", "bubble-free bound"):
         assert name in text
     runs = json.loads(out.read_text())["runs"]
     assert [r["policy"] for r in runs] == ["sync", "one_step", "partial", "laminar", "dora"]
     for r in runs:
         assert set(METRIC_NAMES) <= set(r["metrics"])
-        for extra in ("bound_samples_per_s", "sim_wall_s", "events"):
+        for extra in ("bound_samples_per_s", "eta_bound_samples_per_s", "eta_bound_fraction", "sim_wall_s", "events"):
             assert extra in r["metrics"]
+        assert r["metrics"]["e2e_samples_per_s"] <= r["metrics"]["eta_bound_samples_per_s"]
+        assert r["config"]["eta_bound"]["eta_bound_samples_per_s"] == r["metrics"]["eta_bound_samples_per_s"]
         for knob in ("eta", "batch_size", "group_size", "instances", "trainer_devices", "steps", "seed", "cost",
                      "policy"):
             assert knob in r["config"], knob
