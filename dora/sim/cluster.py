@@ -94,7 +94,7 @@ class Cluster:
                  "interrupted", "migrations", "events", "sim_events", "done", "faults", "draws", "failures",
                  "failed_ids", "_fail_epoch", "_latency", "_host_g", "_notifying", "_bg", "_idle_progress",
                  "_idle_since", "instances", "imbalance", "_strag", "_moe", "wsync", "trainer", "_turns",
-                 "_tool_wait", "_tool_tok", "tool_tokens_of")
+                 "_tool_wait", "_tool_tok", "tool_tokens_of", "_gaps")
 
     def __init__(self, trace: Trace, spec: ClusterSpec, cost: CostModel, policy: Policy, steps: int,
                  reference: bool = False, log: EventLog | None = None,
@@ -120,6 +120,7 @@ class Cluster:
             self._tool_wait = trace.tool_wait_s.tolist() if trace.tool_wait_s is not None else [0.0] * n_rows
             self._tool_tok = trace.tool_tokens.tolist() if trace.tool_tokens is not None else [0] * n_rows
         self.tool_tokens_of: dict[int, int] = {}  # trajectory -> tool-output tokens over its calls (multi-turn)
+        self._gaps: set[int] = set()  # trajectory ids skipped by an out-of-order dispatch, not yet dispatched
         self.log = log if log is not None else EventLog()
         self.progress = progress
         self._row = self.log.appender()  # hot rows (dispatch, finish) go straight in, packed by pack_row
@@ -376,15 +377,42 @@ class Cluster:
             self._split_turns(s, row, turns[row])
         self.seqs[traj] = s
         self.where[traj] = a.instance
-        if traj != len(self.pid_of):
-            raise RuntimeError(f"policy bug: trajectory ids must be dense and increasing, got {traj}")
-        self.pid_of.append(pid)
-        self.version_of.append(version)
-        self.plen.append(plen)
-        self.rlen.append(rlen)
+        if traj == len(self.pid_of):
+            self.pid_of.append(pid)
+            self.version_of.append(version)
+            self.plen.append(plen)
+            self.rlen.append(rlen)
+        else:
+            self._dispatch_out_of_order(traj, pid, version, plen, rlen)
         self._row(pack_row(now, self._dispatch_code, a.instance, traj, pid, version, -1, plen, 0.0, 0.0, 0.0))
         inst.waiting.append(s)  # inst.submit(s, now), inlined (hot path)
         inst.touch(now)
+
+    def _dispatch_out_of_order(self, traj: int, pid: int, version: int, plen: int, rlen: int) -> None:
+        """Trajectory ids are dense, given in dispatch order, except when a policy's action list
+        samples groups before dispatching trajectories it numbered already: the new groups' own
+        dispatches (delivered at once) come first. Ids skipped that way are held open (`_gaps`)
+        for their dispatch, later in the same action list."""
+        n = len(self.pid_of)
+        if traj > n:
+            for k in range(n, traj):
+                self._gaps.add(k)
+                self.pid_of.append(-1)
+                self.version_of.append(-1)
+                self.plen.append(0)
+                self.rlen.append(0)
+            self.pid_of.append(pid)
+            self.version_of.append(version)
+            self.plen.append(plen)
+            self.rlen.append(rlen)
+            return
+        if traj not in self._gaps:
+            raise RuntimeError(f"policy bug: trajectory ids must be dense and increasing, got {traj} again")
+        self._gaps.discard(traj)
+        self.pid_of[traj] = pid
+        self.version_of[traj] = version
+        self.plen[traj] = plen
+        self.rlen[traj] = rlen
 
     def _split_turns(self, s: Seq, row: int, turns: int) -> None:
         tool = self._tool_tok[row]
