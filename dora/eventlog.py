@@ -20,7 +20,10 @@ Event names and what their columns mean:
 | interrupt   | segment ends: weights swapped   | tokens made in the segment  | decode share / prefill        |
 | lost        | segment ends: instance failed   | tokens made in the segment  | decode share / prefill        |
 | end         | segment cut by the end of run   | tokens made in the segment  | decode share / prefill        |
-| preempt     | KV overflow, re-prefill later   | tokens to re-prefill        |                               |
+| preempt     | KV overflow, re-prefill later   | tokens to re-prefill        | detail "pinned context": a    |
+|             |                                 |                             | context pinned between turns  |
+| tool_start  | a turn ended, tool call starts  | context (KV kept, pinned)   | dur_s = the call's wait       |
+| tool_end    | tool output joins the context   | tool-output tokens          | dur_s = the call's wait       |
 | load_start  | instance starts loading version |                             |                               |
 | load_end    | version ready on the instance   |                             | dur_s = load time             |
 | load_fail   | a load failed, retried          |                             | dur_s = the lost load time    |
@@ -34,6 +37,10 @@ Event names and what their columns mean:
 | leftover    | group in flight at end of run   | group size                  |                               |
 | run_end     | end of the measured run         |                             |                               |
 | sched       | an event given to the policy    | detail: JSON of the event and the actions it returned (exec; for replay) |
+
+A multi-turn trajectory's tool calls do not end its segment: its tokens, decode share and
+useful prefill (prompt and tool output) are on the segment's end row; tool_start/tool_end mark
+the time it spends out of the batch (its slot free, its KV pinned on the instance).
 
 Instance is -1 for trainer and dataset rows. Run-level facts (devices, slots, policy) are
 stored in the parquet metadata under `dora.run`.

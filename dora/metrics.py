@@ -6,9 +6,12 @@ Definitions (a simulated and a real run go through the same code):
 - a trajectory's generating version is the version of its first token; its staleness is
   trainer version at consumption minus that; C1 counts trained trajectories whose segments
   with tokens carry more than one version;
-- useful device-seconds: decode-slot shares and first prompt prefill of trajectories that
-  end up trained, plus trainer step compute; everything else (idle, empty slots, weight
-  loads, re-prefill, work on discarded trajectories) is bubble;
+- useful device-seconds: decode-slot shares and first prefill (the prompt; for multi-turn
+  trajectories also each tool call's output) of trajectories that end up trained, plus trainer
+  step compute; everything else (idle, empty slots, weight loads, re-prefill, work on
+  discarded trajectories) is bubble. A trajectory in a tool call is out of the batch: no
+  decode share, its slot empty unless another sequence fills it (`tool_start`/`tool_end`
+  rows mark the calls; they are not segment rows);
 - waste: tokens of trajectories that are neither trained nor live at the end (aborted, lost,
   or discarded with their group) plus every re-prefilled token, over all generated tokens.
   Work still live when the run ends (`leftover` rows) is neither trained nor waste;

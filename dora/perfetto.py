@@ -12,7 +12,9 @@ Layout:
   and instants for each publication;
 - a segment is one complete event ("ph": "X") named by its policy version ("v3": the viewer
   colours slices by name, so versions are distinguishable); args carry trajectory, prompt_id,
-  version, tokens made, context tokens at the start, and how it started and ended;
+  version, tokens made, context tokens at the start, and how it started and ended; a
+  multi-turn trajectory's tool calls are "tool call" slices nested in its segment (its decode
+  slot is free meanwhile);
 - timestamps and durations in microseconds of the log's clock (simulated or wall seconds).
 """
 
@@ -26,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from dora.errors import InputError
-from dora.plots.data import check_log, event_names, loads, segments, trainer_steps
+from dora.plots.data import check_log, event_names, loads, segments, tool_calls, trainer_steps
 
 TRAINER_PID = 1
 INSTANCE_PID0 = 100  # instance i is pid INSTANCE_PID0 + i
@@ -113,6 +115,16 @@ def trace_events(df: pd.DataFrame) -> dict:
                      "tokens": int(cols["tokens"][k]), "context_tokens": int(cols["ctx"][k]),
                      "start": str(cols["start"][k]), "end": str(cols["end"][k])},
         })
+    tools = tool_calls(df)
+    if len(tools):  # each inside its trajectory's segment on that instance, on the segment's slot
+        held = pd.DataFrame({"trajectory": cols["trajectory"], "instance": cols["instance"], "s0": cols["t0"],
+                             "s1": cols["t1"], "slot": slot})
+        m = tools.merge(held, on=["trajectory", "instance"])
+        m = m[(m["t0"] >= m["s0"]) & (m["t1"] <= m["s1"])]
+        for r in m.itertuples():
+            out.append({"ph": "X", "name": "tool call", "cat": "tool", "pid": INSTANCE_PID0 + int(r.instance),
+                        "tid": int(r.slot), "ts": _us(r.t0), "dur": _dur(r.t0, r.t1),
+                        "args": {"trajectory": int(r.trajectory), "version": int(r.version)}})
     for r in loads(df).itertuples():
         out.append({"ph": "X", "name": f"load v{int(r.version)}", "cat": "weights",
                     "pid": INSTANCE_PID0 + int(r.instance), "tid": 0, "ts": _us(r.t0),

@@ -25,8 +25,11 @@ settings.register_profile("full", max_examples=500, deadline=None, suppress_heal
 settings.load_profile(os.environ.get("DORA_HYPOTHESIS_PROFILE", "dora"))
 
 
-def write_lengths(path: Path, lengths: list[list[int]], prompt_len: int | list[int] = 10) -> Path:
-    """A trace with one group per inner list (responses of that group's samples)."""
+def write_lengths(path: Path, lengths: list[list[int]], prompt_len: int | list[int] = 10,
+                  turns: list[list[int]] | None = None, tool_wait_s: float | list[list[float]] = 0.0,
+                  tool_tokens: int | list[list[int]] = 0) -> Path:
+    """A trace with one group per inner list (responses of that group's samples); with `turns`
+    (same shape) also the multi-turn columns (a scalar tool_wait_s / tool_tokens: every row's)."""
     g = len(lengths[0])
     n = len(lengths)
     plen = [prompt_len] * n if isinstance(prompt_len, int) else prompt_len
@@ -36,6 +39,10 @@ def write_lengths(path: Path, lengths: list[list[int]], prompt_len: int | list[i
         "prompt_len": np.repeat(np.asarray(plen, dtype=np.int32), g),
         "response_len": np.asarray(lengths, dtype=np.int32).reshape(-1),
     }
+    if turns is not None:
+        cols["turns"] = np.asarray(turns, dtype=np.int32).reshape(-1)
+        cols["tool_wait_s"] = np.broadcast_to(np.asarray(tool_wait_s, dtype=np.float64), (n, g)).reshape(-1)
+        cols["tool_tokens"] = np.broadcast_to(np.asarray(tool_tokens, dtype=np.int32), (n, g)).reshape(-1)
     write_trace(path, cols, {"generator": "tests"})
     return path
 
@@ -47,6 +54,19 @@ def small_trace(tmp_path_factory) -> Path:
     generate_to(str(p), TraceParams(name="small", steps=8, prompts_per_step=64, group_size=8, median=300,
                                     sigma=0.8, tail_prob=0.05, tail_start=3.0, tail_alpha=1.4, max_len=4096,
                                     prompt_median=100, prompt_max=512, moe_imbalance_cv=0.1, seed=7))
+    return p
+
+
+@pytest.fixture(scope="session")
+def agentic_trace(tmp_path_factory) -> Path:
+    """small_trace's shape with multi-turn trajectories: 1 + Poisson(2) turns, tool calls of
+    median 2 s appending ~40 tokens each."""
+    p = tmp_path_factory.mktemp("traces") / "small_agentic.parquet"
+    generate_to(str(p), TraceParams(name="small_agentic", steps=8, prompts_per_step=64, group_size=8, median=300,
+                                    sigma=0.8, tail_prob=0.05, tail_start=3.0, tail_alpha=1.4, max_len=4096,
+                                    prompt_median=100, prompt_max=512, moe_imbalance_cv=0.1, seed=11,
+                                    turns_mean=3.0, tool_wait_s_median=2.0, tool_wait_sigma=0.8,
+                                    tool_tokens_median=40, tool_tokens_sigma=0.5))
     return p
 
 

@@ -80,6 +80,11 @@ ROWS: list[Row] = [
     _r(SIM, "--trace with a null length", "null", "--trace", "IN/null_len.parquet", *OUTS),
     _r(SIM, "--trace with ragged groups", "ragged", "--trace", "IN/ragged.parquet", *OUTS),
     _r(SIM, "--trace with no rows", "no rows", "--trace", "IN/empty.parquet", *OUTS),
+    _r(SIM, "--trace with a trajectory of 0 turns", "turns", "--trace", "IN/zero_turns.parquet", *OUTS),
+    _r(SIM, "--trace with more turns than tokens", "response_len", "--trace", "IN/many_turns.parquet", *OUTS),
+    _r(SIM, "--trace with a negative tool wait", "tool_wait_s", "--trace", "IN/neg_wait.parquet", *OUTS),
+    _r(SIM, "--trace with tool columns but no turns", "without a 'turns' column", "--trace",
+       "IN/tools_no_turns.parquet", *OUTS),
     _r(SIM, "kv_tokens below the trace's longest trajectory", "kv_tokens", *T, "--set", "cluster.kv_tokens=2",
        *OUTS),
     # ---- dora.sim: YAML and --set
@@ -138,6 +143,9 @@ ROWS: list[Row] = [
     _r(TRACE, "generate --steps abc", "steps", "generate", "--out", "OUT/t.parquet", "--steps", "abc"),
     _r(TRACE, "generate --rho 2", "rho", "generate", "--out", "OUT/t.parquet", "--rho", "2"),
     _r(TRACE, "generate --tail-alpha -1", "tail_alpha", "generate", "--out", "OUT/t.parquet", "--tail-alpha", "-1"),
+    _r(TRACE, "generate --turns-mean 0.5", "turns_mean", "generate", "--out", "OUT/t.parquet", "--turns-mean", "0.5"),
+    _r(TRACE, "generate --mix-share 0.3 without --mix-median", "mix_median", "generate", "--out", "OUT/t.parquet",
+       "--mix-share", "0.3"),
     _r(TRACE, "generate --preset huge", "invalid choice", "generate", "--out", "OUT/t.parquet", "--preset", "huge"),
     _r(TRACE, "generate --out a directory", "directory", "generate", "--out", "OUT", "--steps", "2"),
     _r(TRACE, "generate --out OUT/t.csv (not .parquet)", "t.csv", "generate", "--out", "OUT/t.csv", "--steps", "2"),
@@ -251,6 +259,12 @@ def make_inputs(d: Path) -> Path:
     _table(d / "null_len.parquet", {**ok, "response_len": pa.array([None] + ok["response_len"][1:].tolist(), pa.int32())})
     _table(d / "ragged.parquet", {k: v[:-1] for k, v in ok.items()})
     _table(d / "empty.parquet", {k: v[:0] for k, v in ok.items()})
+    turns = {"turns": np.full(n * g, 2, np.int32), "tool_wait_s": np.full(n * g, 1.5),
+             "tool_tokens": np.full(n * g, 16, np.int32)}
+    _table(d / "zero_turns.parquet", {**ok, **turns, "turns": np.where(np.arange(n * g) == 5, 0, 2).astype(np.int32)})
+    _table(d / "many_turns.parquet", {**ok, **turns, "turns": np.where(np.arange(n * g) == 0, 11, 2).astype(np.int32)})
+    _table(d / "neg_wait.parquet", {**ok, **turns, "tool_wait_s": np.where(np.arange(n * g) == 2, -1.0, 1.5)})
+    _table(d / "tools_no_turns.parquet", {**ok, "tool_tokens": turns["tool_tokens"]})
     (d / "unknown_key.yaml").write_text("steps: 3\nbogus: 1\n")
     (d / "nested_unknown.yaml").write_text("cluster:\n  instancez: 4\n")
     (d / "malformed.yaml").write_text("steps: [1, 2\n")

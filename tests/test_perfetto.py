@@ -188,3 +188,28 @@ def test_write_runs_names_files_like_events(logs, tmp_path):
         write_perfetto_runs(logs, tmp_path / "t.png")
     with pytest.raises(InputError, match="is a directory"):
         write_perfetto(logs["sync"], tmp_path)
+
+
+def test_tool_calls_nest_in_their_segment(agentic_trace):
+    from dora.trace import load_trace
+
+    cfg = small_config(agentic_trace, **{"steps": 3, "cluster.instances": 4, "policy.batch_size": 4})
+    df = simulate(load_trace(agentic_trace), cfg, "dora", progress=False).events
+    doc = trace_events(df)
+    assert validate(doc) == []
+    tools = [e for e in doc["traceEvents"] if e.get("cat") == "tool"]
+    n_start = int((event_names(df) == "tool_start").sum())
+    assert 0.8 * n_start <= len(tools) <= n_start
+    segs = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "trajectory":
+            segs[(e["pid"], e["tid"], e["args"]["trajectory"])].append(_ns_span(e))
+    for e in tools:
+        a0, b0 = _ns_span(e)
+        spans = segs[(e["pid"], e["tid"], e["args"]["trajectory"])]
+        assert any(a <= a0 and b0 <= b for a, b in spans), (e, spans)
+
+
+def _ns_span(e: dict) -> tuple[int, int]:
+    a = round(e["ts"] * 1000)
+    return a, a + round(e["dur"] * 1000)

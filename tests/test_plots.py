@@ -402,3 +402,44 @@ def test_sim_vs_real_bars_label_the_errors(tmp_path):
     assert ax0.get_ylabel() == "mean step time (s)" and "samples / s" in ax1.get_ylabel()
     assert {t.get_text() for t in ax0.texts} == {"+5.0%", "+0.0%"}
     assert save(fig, tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ---- multi-turn trajectories -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def agentic_logs(agentic_trace):
+    cfg = _cfg(str(agentic_trace))
+    return {name: simulate(load_trace(agentic_trace), cfg, name, progress=False).events for name in ("sync", "dora")}
+
+
+@pytest.mark.parametrize("policy", ["sync", "dora"])
+def test_bubble_breakdown_with_tool_calls(agentic_logs, policy):
+    """Tool calls are no decode time: the decomposition still adds up and matches the metrics."""
+    df = agentic_logs[policy]
+    b, m = bubble_breakdown(df), compute_metrics(df)
+    assert sum(b[k] for k in BUBBLE_PARTS) == pytest.approx(b["total"], rel=1e-9)
+    for k in BUBBLE_PARTS:
+        assert b[k] >= -1e-6 * b["total"], (k, b[k])
+    assert b["bubble_ratio"] == pytest.approx(m["bubble_ratio"], rel=1e-9, abs=1e-12)
+    seg, orphans = segments(df)
+    assert len(orphans) == 0
+
+
+def test_timeline_leaves_tool_calls_empty(agentic_logs, tmp_path):
+    """A trajectory out of the batch in a tool call holds no slot on the timeline."""
+    log = EventLog({"policy": "hand", "instances": 1, "devices_per_instance": 1, "rollout_devices": 1,
+                    "trainer_devices": 1, "colocated": False, "max_seqs": 1, "body": "sim"})
+    log.add(0.0, "dispatch", 0, 0, 0, 0, tokens=5)
+    log.add(2.0, "tool_start", 0, 0, 0, 0, tokens=8, dur_s=4.0)
+    log.add(6.0, "tool_end", 0, 0, 0, 0, tokens=3, dur_s=4.0)
+    log.add(10.0, "finish", 0, 0, 0, 0, tokens=6, dur_s=10.0, busy_s=5.0)
+    log.add(10.0, "run_end")
+    df = log.to_frame()
+    from dora.plots.data import tool_calls
+
+    tc = tool_calls(df)
+    assert tc[["instance", "trajectory", "t0", "t1"]].values.tolist() == [[0, 0, 2.0, 6.0]]
+    img = np.asarray(timeline(df, bins=10).axes[0].images[0].get_array())
+    sub = img.shape[0]
+    np.testing.assert_allclose(img[sub // 2, 1], version_color(0), atol=1e-9)  # decoding: the slot is full
+    assert np.allclose(img[:, 3], 1.0) and np.allclose(img[:, 5], 1.0)  # in the tool call: empty
+    assert save(timeline(agentic_logs["dora"]), tmp_path / "a.png").read_bytes()[:8] == PNG

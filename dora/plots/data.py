@@ -123,6 +123,29 @@ def _pair(df: pd.DataFrame, open_name: str, close_name: str, key: str = "instanc
     return pd.DataFrame({key: k[i], "t0": t[i], "t1": t[i + 1], "row0": sel[i], "row1": sel[i + 1]})
 
 
+def tool_calls(df: pd.DataFrame) -> pd.DataFrame:
+    """Tool calls of multi-turn trajectories on their instance: instance, trajectory, version, t0
+    (tool_start), t1 (the trajectory's next tool_end or segment end there, else the end of the run)."""
+    ev = event_names(df)
+    sel = np.flatnonzero(np.isin(ev, ("tool_start", "tool_end") + SEGMENT_END))
+    traj = df["trajectory"].to_numpy()[sel]
+    t = df["t_s"].to_numpy()[sel]
+    order = np.lexsort((sel, t, traj))
+    sel, traj, t = sel[order], traj[order], t[order]
+    k = np.flatnonzero(ev[sel] == "tool_start")
+    closed = np.zeros(len(k), bool)
+    if len(k):
+        nxt = np.minimum(k + 1, len(sel) - 1)
+        closed = (k + 1 < len(sel)) & (traj[nxt] == traj[k])
+        t1 = np.where(closed, t[nxt], max(run_end(df), float(t.max(initial=0.0))))
+    else:
+        t1 = np.zeros(0)
+    rows = sel[k]
+    return pd.DataFrame({"instance": df["instance"].to_numpy()[rows].astype(np.int64),
+                         "trajectory": traj[k], "version": df["version"].to_numpy()[rows].astype(np.int64),
+                         "t0": t[k], "t1": t1})
+
+
 def loads(df: pd.DataFrame) -> pd.DataFrame:
     """Weight loads per instance: instance, t0, t1, version, mode."""
     out = _pair(df, "load_start", "load_end")

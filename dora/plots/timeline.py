@@ -2,8 +2,9 @@
 
 How it is drawn (and why it stays fast at 1024 instances):
 - time is cut into `bins` equal bins (default 800) over the window; for every row, version
-  and bin the mean number of trajectories the instance holds (queued or decoding) is computed
-  exactly from the paired segments (dora.plots.data.bin_time: O(segments + rows x bins));
+  and bin the mean number of trajectories the instance holds (queued or decoding; not those out
+  of the batch in a tool call) is computed exactly from the paired segments and tool calls
+  (dora.plots.data.bin_time: O(segments + rows x bins));
 - a row's height is split between the versions in proportion to those trajectories (stacked
   share, colour = policy version), and the colour's strength is the slot occupancy (held
   trajectories / max_seqs, capped at 1): a pale row is mostly empty decode slots, white is idle;
@@ -27,7 +28,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from dora.errors import InputError
-from dora.plots.data import event_names, check_log, step_window, loads, run_end, segments, trainer_steps, bin_time
+from dora.plots.data import (event_names, check_log, step_window, loads, run_end, segments, tool_calls, trainer_steps,
+                             bin_time)
 from dora.plots.style import LOAD_COLOR, VERSION_CYCLE, subplots, version_color, version_colors
 
 MARKERS = {  # event -> (label, marker, colour)
@@ -73,6 +75,13 @@ def timeline(df: pd.DataFrame, *, window: tuple[float, float] | None = None, ste
     vk = np.searchsorted(versions, seg["version"].to_numpy())
     row_of = seg["instance"].to_numpy() // band
     held = bin_time(seg["t0"].to_numpy(), seg["t1"].to_numpy(), row_of * nv + vk, rows * nv, edges)
+    tools = tool_calls(df)
+    tools = tools[(tools["t1"] > t0w) & (tools["t0"] < t1w) & np.isin(tools["version"].to_numpy(), versions)]
+    if len(tools):  # a trajectory in a tool call leaves its slot empty
+        tk = np.searchsorted(versions, tools["version"].to_numpy())
+        held -= bin_time(tools["t0"].to_numpy(), tools["t1"].to_numpy(),
+                         tools["instance"].to_numpy() // band * nv + tk, rows * nv, edges)
+        held = np.maximum(held, 0.0)
     held = held.reshape(rows, nv, bins) / (width * per_row[:, None, None])  # mean trajectories per instance
     ld = loads(df)
     ld = ld[(ld["t1"] > t0w) & (ld["t0"] < t1w)]
@@ -133,7 +142,7 @@ def timeline(df: pd.DataFrame, *, window: tuple[float, float] | None = None, ste
     how = (f"{n_inst} instances, one row each" if band == 1 else
            f"{n_inst} instances in {rows} bands of {band} (band = mean of its instances)")
     sub = (f"{how}; {bins} time bins of {width:.3g} s; row height split by version share of the trajectories "
-           f"held, colour strength = slot occupancy (held / {max_seqs} slots; pale = empty slots, white = idle); "
+           f"held (not counting tool calls), colour strength = slot occupancy (held / {max_seqs} slots; pale = empty slots, white = idle); "
            f"grey = loading weights; dotted lines = publications")
     ax.set_title(head + "\n" + _wrap(sub, 150), fontsize=10)
 

@@ -26,6 +26,13 @@ from dora.trace import Trace
 def trace_moments(trace: Trace) -> dict:
     L = trace.response_len.astype(np.float64)
     P = trace.prompt_len.astype(np.float64)
+    if trace.turns is not None:
+        # multi-turn: every tool call's output is prefilled and joins the context; a token sees
+        # about half of a trajectory's tool output on average (calls spread evenly over its
+        # tokens); tool waits leave slots empty, so the bound (slots always full) ignores them
+        X = trace.tool_tokens_total().astype(np.float64)
+        ctx_bar = float((L * (P + X / 2 + (L + 1) / 2)).sum() / L.sum())
+        return {"mean_L": float(L.mean()), "mean_P": float((P + X).mean()), "ctx_bar": ctx_bar}
     ctx_bar = float((L * (P + (L + 1) / 2)).sum() / L.sum())
     return {"mean_L": float(L.mean()), "mean_P": float(P.mean()), "ctx_bar": ctx_bar}
 

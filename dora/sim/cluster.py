@@ -93,7 +93,8 @@ class Cluster:
                  "_row", "_dispatch_code", "_finish_code", "seqs", "where", "pid_of", "version_of", "plen", "rlen",
                  "interrupted", "migrations", "events", "sim_events", "done", "faults", "draws", "failures",
                  "failed_ids", "_fail_epoch", "_latency", "_host_g", "_notifying", "_bg", "_idle_progress",
-                 "_idle_since", "instances", "imbalance", "_strag", "_moe", "wsync", "trainer")
+                 "_idle_since", "instances", "imbalance", "_strag", "_moe", "wsync", "trainer", "_turns",
+                 "_tool_wait", "_tool_tok", "tool_tokens_of", "_gaps")
 
     def __init__(self, trace: Trace, spec: ClusterSpec, cost: CostModel, policy: Policy, steps: int,
                  reference: bool = False, log: EventLog | None = None,
@@ -109,6 +110,17 @@ class Cluster:
         self.data = Dataset(trace)
         self._plens = trace.prompt_len.tolist()  # Python ints: cheaper to index per dispatch
         self._rlens = trace.response_len.tolist()
+        # multi-turn trajectories (trace columns turns, tool_wait_s, tool_tokens), by row; None: one turn each
+        self._turns: list[int] | None = None
+        self._tool_wait: list[float] = []
+        self._tool_tok: list[int] = []
+        if trace.turns is not None:
+            n_rows = len(trace)
+            self._turns = trace.turns.tolist()
+            self._tool_wait = trace.tool_wait_s.tolist() if trace.tool_wait_s is not None else [0.0] * n_rows
+            self._tool_tok = trace.tool_tokens.tolist() if trace.tool_tokens is not None else [0] * n_rows
+        self.tool_tokens_of: dict[int, int] = {}  # trajectory -> tool-output tokens over its calls (multi-turn)
+        self._gaps: set[int] = set()  # trajectory ids skipped by an out-of-order dispatch, not yet dispatched
         self.log = log if log is not None else EventLog()
         self.progress = progress
         self._row = self.log.appender()  # hot rows (dispatch, finish) go straight in, packed by pack_row
@@ -359,18 +371,53 @@ class Cluster:
         row = self.data.row(pid, a.sample_idx)
         plen = self._plens[row]
         rlen = self._rlens[row]
-        s = Seq(traj, pid, version, rlen, plen, plen, now, True)
+        s = Seq(traj, pid, version, rlen, plen, plen, now, plen)
+        turns = self._turns
+        if turns is not None and turns[row] > 1:
+            self._split_turns(s, row, turns[row])
         self.seqs[traj] = s
         self.where[traj] = a.instance
-        if traj != len(self.pid_of):
-            raise RuntimeError(f"policy bug: trajectory ids must be dense and increasing, got {traj}")
-        self.pid_of.append(pid)
-        self.version_of.append(version)
-        self.plen.append(plen)
-        self.rlen.append(rlen)
+        if traj == len(self.pid_of):
+            self.pid_of.append(pid)
+            self.version_of.append(version)
+            self.plen.append(plen)
+            self.rlen.append(rlen)
+        else:
+            self._dispatch_out_of_order(traj, pid, version, plen, rlen)
         self._row(pack_row(now, self._dispatch_code, a.instance, traj, pid, version, -1, plen, 0.0, 0.0, 0.0))
         inst.waiting.append(s)  # inst.submit(s, now), inlined (hot path)
         inst.touch(now)
+
+    def _dispatch_out_of_order(self, traj: int, pid: int, version: int, plen: int, rlen: int) -> None:
+        """Trajectory ids are dense, given in dispatch order, except when a policy's action list
+        samples groups before dispatching trajectories it numbered already: the new groups' own
+        dispatches (delivered at once) come first. Ids skipped that way are held open (`_gaps`)
+        for their dispatch, later in the same action list."""
+        n = len(self.pid_of)
+        if traj > n:
+            for k in range(n, traj):
+                self._gaps.add(k)
+                self.pid_of.append(-1)
+                self.version_of.append(-1)
+                self.plen.append(0)
+                self.rlen.append(0)
+            self.pid_of.append(pid)
+            self.version_of.append(version)
+            self.plen.append(plen)
+            self.rlen.append(rlen)
+            return
+        if traj not in self._gaps:
+            raise RuntimeError(f"policy bug: trajectory ids must be dense and increasing, got {traj} again")
+        self._gaps.discard(traj)
+        self.pid_of[traj] = pid
+        self.version_of[traj] = version
+        self.plen[traj] = plen
+        self.rlen[traj] = rlen
+
+    def _split_turns(self, s: Seq, row: int, turns: int) -> None:
+        tool = self._tool_tok[row]
+        s.split_turns(turns, self._tool_wait[row], tool)
+        self.tool_tokens_of[s.traj] = (turns - 1) * tool
 
     def _abort(self, a: A.Abort, now: float) -> None:
         s = self.seqs.get(a.traj)
@@ -414,7 +461,7 @@ class Cluster:
         if not inst.alive:
             raise RuntimeError(f"policy bug: weight load on failed instance {a.instance}")
         if a.mode == "drain":
-            other = [s for s in list(inst.running.values()) + list(inst.waiting)
+            other = [s for s in list(inst.running.values()) + list(inst.waiting) + list(inst.tooling.values())
                      if s.version != a.version and not s.stop]
             if other:
                 raise RuntimeError(f"policy bug: drain-load of version {a.version} on instance {a.instance} "
@@ -440,9 +487,10 @@ class Cluster:
 
     def _train(self, a: A.Train, now: float) -> None:
         rows = []
+        tools = self.tool_tokens_of  # tool output is part of the trained sequence (outside the loss)
         for traj in a.trajs:
             p, r = self.plen[traj], self.rlen[traj]
-            rows.append((traj, self.pid_of[traj], self.version_of[traj], p + r, r))
+            rows.append((traj, self.pid_of[traj], self.version_of[traj], p + r + tools.get(traj, 0), r))
         if self.cost.host_cores > 0:  # start once this instant's dispatches have reached the engines
             self._scheduler_for(-1)(now, 3, lambda _: self._train_shared(rows, now))
             return
@@ -508,7 +556,7 @@ class Cluster:
             self._end_row(s, inst, "migrate_out", now, detail=f"to {dst_i}")
             self.where[s.traj] = -1
             self.migrations += 1
-            ctx = s.ctx
+            ctx = s.ctx - s.prefill if s.multi else s.ctx  # (multi-turn: the context computed so far)
             dt = self.cost.kv_transfer_s(ctx) if kv else 0.0
             t = now + dt
             self._scheduler_for(dst_i)(t, 2, lambda _: self._arrive(s, inst.id, dst_i, kv, t))
@@ -531,15 +579,36 @@ class Cluster:
             del self.seqs[s.traj]
             self.where.pop(s.traj, None)
             return
-        n = Seq(s.traj, s.prompt_id, s.version, s.remaining, s.ctx, 0 if kv else s.ctx, now)
+        inst = self.instances[dst]
+        if s.multi:
+            n = self._moved_turns(s, kv, now)
+            carried = s.ctx - s.prefill  # computed context: moved, or re-prefilled from scratch
+        else:
+            n = Seq(s.traj, s.prompt_id, s.version, s.remaining, s.ctx, 0 if kv else s.ctx, now)
+            carried = s.ctx
         if not kv:
-            self.instances[dst].reprefill_tokens += s.ctx
+            inst.reprefill_tokens += carried
         self.seqs[s.traj] = n
         self.where[s.traj] = dst
-        self.log.add(now, "migrate_in", dst, s.traj, s.prompt_id, s.version, tokens=s.ctx,
+        self.log.add(now, "migrate_in", dst, s.traj, s.prompt_id, s.version, tokens=carried,
                      detail=f"from {src} kv" if kv else f"from {src} reprefill")
-        self.instances[dst].submit(n, now)
+        if n.tool_end > now:
+            inst.wait_tool(n, now)  # its tool call is still under way: it waits here
+        elif n.tool_end >= 0:
+            inst.tool_returned(n, now)  # the call came back while it moved
+        else:
+            inst.submit(n, now)
         self.deliver(E.MigrationDone(s.traj, src, dst))
+
+    def _moved_turns(self, s: Seq, kv: bool, now: float) -> Seq:
+        """The segment that continues multi-turn `s` after a migration: its pending prefill stays
+        pending (with the KV) or the whole context is prefilled again (without); the KV it had
+        pinned between turns comes pinned (with the KV)."""
+        n = Seq(s.traj, s.prompt_id, s.version, s.remaining, s.ctx, s.prefill if kv else s.ctx, now, s.fresh)
+        n.carry(s)
+        if kv:
+            n.held = s.held
+        return n
 
     def _on_loaded(self, inst: Instance, version: int, mode: str) -> None:
         now = self.env.now
@@ -547,17 +616,39 @@ class Cluster:
             # continue every in-flight trajectory under the new version: re-prefill its context
             for s in self.interrupted.pop(inst.id, []):
                 n = Seq(s.traj, s.prompt_id, version, s.remaining, s.ctx, s.ctx, now)
+                if s.multi:
+                    n.carry(s)
                 inst.reprefill_tokens += s.ctx
                 self.seqs[s.traj] = n
                 self.log.add(now, "resume", inst.id, s.traj, s.prompt_id, version, tokens=s.ctx)
                 inst.waiting.append(n)
             for s in inst.waiting:
-                if s.version != version:  # queued, nothing generated yet: just the new version
+                if s.version != version:
+                    if s.multi:
+                        self._reprefill_between_turns(s, inst, version, now)
+                        continue
+                    # queued, nothing generated yet: just the new version
                     self._end_row(s, inst, "interrupt", now)
                     s.version = version
                     s.t_start = now
                     self.log.add(now, "resume", inst.id, s.traj, s.prompt_id, version, tokens=s.ctx)
+            for s in inst.tooling.values():
+                if s.version != version:
+                    self._reprefill_between_turns(s, inst, version, now)
         self.deliver(E.WeightsLoaded(inst.id, version))
+
+    def _reprefill_between_turns(self, s: Seq, inst: Instance, version: int, now: float) -> None:
+        """A multi-turn trajectory queued or in a tool call on `inst` when its weights were swapped
+        (interrupt mode): it continues under `version`, its computed context (pinned or not) to
+        prefill again."""
+        self._end_row(s, inst, "interrupt", now)
+        s.made, s.busy, s.prefill_s = 0, 0.0, 0.0
+        s.version = version
+        s.t_start = now
+        stale = s.ctx - s.prefill
+        s.prefill = s.ctx
+        inst.reprefill_tokens += stale
+        self.log.add(now, "resume", inst.id, s.traj, s.prompt_id, version, tokens=stale)
 
     def _reshard_s(self, iid: int, version: int, now: float) -> float:
         return self.cost.colocated_reshard_s
@@ -589,6 +680,8 @@ class Cluster:
                 s.made = made
                 self._end_row(s, inst, "end", now)
             for s in inst.waiting:
+                self._end_row(s, inst, "end", now)
+            for s in inst.tooling.values():
                 self._end_row(s, inst, "end", now)
         for s, inst, _ in self._notifying.values():  # finished, result still on its way
             self._end_row(s, inst, "end", now)

@@ -16,6 +16,19 @@ both modes share this arithmetic, so they must agree to rounding.
 
 Progress of a running sequence is lazy: it joined at instance step k0 with `remaining`
 tokens to go, so it finishes at step k0 + remaining and has k - k0 tokens at step k.
+
+Multi-turn trajectories (trace column `turns`): a trajectory of `turns` turns makes a tool call
+after every turn but the last. With r tokens still to generate over t turns left, the current
+turn generates r // t of them (the last turn: all r), so it leaves the batch at step k0 + r - rest,
+`rest` being the tokens of its later turns. At the end of a turn it leaves the running batch (its
+slot is free for others) but its KV stays allocated, pinned on the instance and counted in KV use
+(`held`), while the tool call runs (`wait_s` seconds, outside the instance); it then joins the
+back of the waiting queue, still pinned, with the tool's output (`tool` tokens) to prefill, and
+runs its next turn once admitted (its context grown by the output). A pinned context is dropped
+only under KV pressure, before any running sequence is preempted (the sequence whose tool call
+ends last first), or when nothing runs and the head of the queue cannot fit: its owner then
+re-prefills it on admission (a `preempt` row). Time in a tool call is no decode time: the
+sequence's decode-slot share stops while it is out of the batch.
 """
 
 from __future__ import annotations
@@ -30,8 +43,8 @@ from dora.sim.cost import CostModel
 if TYPE_CHECKING:
     from dora.eventlog import EventLog
 
-# Seq states
-WAITING, RUNNING, GONE = 0, 1, 2
+# Seq states (TOOL: between turns, waiting for a tool call, its KV pinned on the instance)
+WAITING, RUNNING, GONE, TOOL = 0, 1, 2, 3
 # Finish heap entries are ints, (target step << _SHIFT) | traj: ordered as (target, traj) tuples
 # would be, and cheaper to compare.
 _SHIFT = 32
@@ -42,10 +55,11 @@ class Seq:
     """One trajectory segment on an instance (simulator-side truth, incl. its true length)."""
 
     __slots__ = ("traj", "prompt_id", "version", "remaining", "ctx", "prefill", "k0", "target",
-                 "phi0", "state", "t_start", "made", "busy", "prefill_s", "stop", "first_prefill")
+                 "phi0", "state", "t_start", "made", "busy", "prefill_s", "stop", "fresh",
+                 "multi", "rest", "calls", "wait_s", "tool", "tool_end", "held")
 
     def __init__(self, traj: int, prompt_id: int, version: int, remaining: int, ctx: int, prefill: int,
-                 t_start: float, first_prefill: bool = False):
+                 t_start: float, fresh: int = 0):
         self.traj = traj
         self.prompt_id = prompt_id
         self.version = version
@@ -59,9 +73,43 @@ class Seq:
         self.t_start = t_start
         self.made = 0  # tokens generated in this segment
         self.busy = 0.0  # decode-slot device-seconds in this segment
-        self.prefill_s = 0.0  # device-seconds of the prompt's first prefill (re-prefill is not counted)
-        self.first_prefill = first_prefill  # the pending prefill is the prompt's first (useful) one
+        self.prefill_s = 0.0  # device-seconds of first prefills (prompt, tool output; re-prefill is not counted)
+        self.fresh = fresh  # tokens of the pending prefill prefilled for the first time (useful work)
         self.stop = ""  # pending stop request: abort | migrate | interrupt
+        # multi-turn trajectories (see the module docstring); a one-turn trajectory keeps the defaults
+        self.multi = False  # more than one turn
+        self.rest = 0  # tokens of the turns after the current one
+        self.calls = 0  # tool calls still to make
+        self.wait_s = 0.0  # seconds of each tool call
+        self.tool = 0  # tool-output tokens appended by each call
+        self.tool_end = -1.0  # end of the tool call under way (-1: none)
+        self.held = 0  # KV tokens pinned on the instance while it is out of the batch
+
+    def split_turns(self, turns: int, wait_s: float, tool: int) -> None:
+        """Make this (fresh) trajectory one of `turns` turns with a tool call between turns."""
+        self.multi = True
+        self.calls = turns - 1
+        self.wait_s = wait_s
+        self.tool = tool
+        self.rest = self.remaining - self.remaining // turns
+
+    def carry(self, s: "Seq") -> None:
+        """Take over the turn state of `s`, the segment this one continues."""
+        self.multi = s.multi
+        self.rest = s.rest
+        self.calls = s.calls
+        self.wait_s = s.wait_s
+        self.tool = s.tool
+        self.tool_end = s.tool_end
+
+    def tool_output(self) -> None:
+        """The tool call is back: its output joins the context (to prefill); the next turn starts."""
+        self.tool_end = -1.0
+        self.calls -= 1
+        self.ctx += self.tool
+        self.prefill += self.tool
+        self.fresh += self.tool
+        self.rest -= self.rest // (self.calls + 1) if self.calls else self.rest
 
 
 class Instance:
@@ -73,7 +121,7 @@ class Instance:
                  "vcount", "running", "waiting", "heap", "versions", "loading", "alive", "pending_t", "pending_j",
                  "token", "replan_at", "stops", "load_req", "on_loaded", "load_s", "load_time",
                  "reprefill_tokens", "in_process", "load_token", "load_fails", "pause_req", "on_staged", "f_next",
-                 "schedule_boundary", "_boundary_cbs")
+                 "schedule_boundary", "_boundary_cbs", "held", "tooling")
 
     def __init__(self, iid: int, max_seqs: int, kv_tokens: int, devices: int, cost: CostModel, slowdown: float,
                  log: "EventLog", schedule: Callable[[float, int, Callable[[object], None]], None],
@@ -129,6 +177,8 @@ class Instance:
         # `callbacks` (this instance's `_boundary_cbs`), ordered as kind 0
         self.schedule_boundary = schedule_boundary
         self._boundary_cbs = (self._boundary,)
+        self.held = 0  # KV tokens pinned by sequences out of the batch (tool calls, queued after one)
+        self.tooling: dict[int, Seq] = {}  # sequences in a tool call, by trajectory
 
     # ---- closed form -------------------------------------------------------------------------
     def T(self, j: int) -> float:
@@ -161,15 +211,16 @@ class Instance:
         return j
 
     def kv_used(self, now: float) -> int:
-        """KV-cache tokens held at `now` by the running sequences (waiting ones hold none yet)."""
+        """KV-cache tokens held at `now` by the running sequences and pinned by those between
+        turns (other waiting ones hold none yet)."""
         if not self.alive:
             return 0
         if self.n == 0 or self.loading >= 0 or now <= self.T0:
-            return self.C
+            return self.C + self.held
         j = min(self.steps_by(now), self.pending_j)
         if self.T(j) > now:
             j -= 1  # step j is still under way
-        return self.C + self.n * j
+        return self.C + self.held + self.n * j
 
     # ---- requests from the cluster -------------------------------------------------------------
     def busy_now(self) -> bool:
@@ -186,8 +237,12 @@ class Instance:
 
     def request_stop(self, seq: Seq, why: str, now: float) -> None:
         """Stop a sequence (abort / migrate / interrupt): at once if waiting, else at the next boundary."""
-        if seq.state == WAITING:
-            self.waiting.remove(seq)
+        if seq.state == WAITING or seq.state == TOOL:
+            if seq.state == WAITING:
+                self.waiting.remove(seq)
+            else:
+                del self.tooling[seq.traj]
+            self.held -= seq.held  # (seq.held stays: the context it had pinned, for a migration)
             seq.state = GONE
             seq.stop = why
             self._on_stopped(seq, self)
@@ -327,6 +382,9 @@ class Instance:
                     self._leave(s)
                     done.append(s)
             for s in done:
+                if s.calls:  # the end of a turn: a tool call follows
+                    self._tool_call(s, now)
+                    continue
                 if s.stop:
                     if s.stop.startswith("abort"):
                         self._on_stopped(s, self)  # aborted while its finish was being delivered
@@ -355,16 +413,17 @@ class Instance:
         self.E = 0.0
         if self.f_next:
             self.f, self.f_next = self.f_next, 0.0
-        # KV growth: the next step needs n more tokens of KV.
-        while self.n and self.C + self.n > self.kv_tokens:
-            self._preempt(now)
+        # KV growth: the next step needs n more tokens of KV (pinned contexts go first).
+        while self.n and self.C + self.held + self.n > self.kv_tokens:
+            if not (self.held and self._unpin(now, None)):
+                self._preempt(now)
         prefill = 0
         waiting = self.waiting
         heap, running = self.heap, self.running
         if waiting:
             ms, kv, versions, vcount, K, phi = self.max_seqs, self.kv_tokens, self.versions, self.vcount, \
                 self.K, self.phi_base
-            n, C = self.n, self.C
+            n, C, H = self.n, self.C, self.held
             skipped: list[Seq] = []
             while waiting and n < ms:
                 s = waiting[0]
@@ -372,12 +431,17 @@ class Instance:
                 if v not in versions:
                     skipped.append(waiting.popleft())  # its version is not here (yet)
                     continue
-                if C + s.ctx + n + 1 > kv:
-                    break  # FCFS: head of line blocks, as in vLLM
+                if C + H + s.ctx - s.held + n + 1 > kv:
+                    # FCFS: head of line blocks, as in vLLM (with nothing running, contexts pinned
+                    # by others give way rather than block it for ever)
+                    if n or H == s.held or not self._unpin(now, s):
+                        break
+                    H = self.held
+                    continue
                 waiting.popleft()
                 s.state = RUNNING  # _admit(s)
                 s.k0 = K
-                target = s.target = K + s.remaining
+                target = s.target = K + s.remaining - s.rest
                 s.phi0 = phi
                 running[s.traj] = s
                 n += 1
@@ -386,11 +450,14 @@ class Instance:
                 heapq.heappush(heap, (target << _SHIFT) | s.traj)
                 if s.prefill:
                     prefill += s.prefill
-                    if s.first_prefill:
-                        s.prefill_s += self.f * self.p * s.prefill * self.devices
-                        s.first_prefill = False
+                    if s.fresh:
+                        s.prefill_s += self.f * self.p * s.fresh * self.devices
+                        s.fresh = 0
                     s.prefill = 0
-            self.n, self.C = n, C
+                if s.held:
+                    H -= s.held
+                    s.held = 0
+            self.n, self.C, self.held = n, C, H
             if skipped:
                 waiting.extendleft(reversed(skipped))
         n = self.n
@@ -416,7 +483,7 @@ class Instance:
                 break
             heapq.heappop(heap)
         j = target - self.K
-        j_kv = (self.kv_tokens - C) // n  # steps that fit in KV
+        j_kv = (self.kv_tokens - C - self.held) // n  # steps that fit in KV
         if 0 < j_kv < j:
             j = j_kv
         if self.reference or j < 1:
@@ -431,7 +498,7 @@ class Instance:
     def _admit(self, s: Seq) -> None:
         s.state = RUNNING
         s.k0 = self.K
-        s.target = self.K + s.remaining
+        s.target = self.K + s.remaining - s.rest
         s.phi0 = self.phi_base
         self.running[s.traj] = s
         self.n += 1
@@ -448,6 +515,67 @@ class Instance:
         victim.state = WAITING
         self.waiting.appendleft(victim)
         self.log.add(now, "preempt", self.id, victim.traj, victim.prompt_id, victim.version, tokens=victim.ctx)
+
+    # ---- tool calls (multi-turn trajectories) -------------------------------------------------
+    def _tool_call(self, s: Seq, now: float) -> None:
+        """`s` (out of the batch at this boundary) ended a turn: its tool call starts. A pending
+        abort drops it; a pending migration moves it, the call going on meanwhile."""
+        s.tool_end = now + s.wait_s
+        if s.stop.startswith("abort"):
+            self._on_stopped(s, self)
+            return
+        self.log.add(now, "tool_start", self.id, s.traj, s.prompt_id, s.version, tokens=s.ctx, dur_s=s.wait_s)
+        if s.stop:
+            self._on_stopped(s, self)  # a migration: the tool call goes on while it moves
+            return
+        s.held = s.ctx
+        self.wait_tool(s, now)
+
+    def wait_tool(self, s: Seq, now: float) -> None:
+        """`s` waits here for its tool call (to s.tool_end), pinning s.held tokens of KV."""
+        s.state = TOOL
+        self.tooling[s.traj] = s
+        if s.held:
+            self.held += s.held
+            if self.n:
+                self.touch(now)  # KV use grew between boundaries: check it at the next one
+        end = s.tool_end
+        self._schedule(end, 2, lambda _: self._tool_back(s, end))
+
+    def _tool_back(self, s: Seq, now: float) -> None:
+        if self.tooling.get(s.traj) is not s or s.tool_end != now:
+            return  # it left meanwhile (abort, migration, failure)
+        del self.tooling[s.traj]
+        self.tool_returned(s, now)
+
+    def tool_returned(self, s: Seq, now: float) -> None:
+        """The tool call of `s` is back: its output joins the context and it queues for its next turn."""
+        self.log.add(now, "tool_end", self.id, s.traj, s.prompt_id, s.version, tokens=s.tool, dur_s=s.wait_s)
+        s.tool_output()
+        self.submit(s, now)
+
+    def _unpin(self, now: float, keep: Seq | None) -> bool:
+        """Free one pinned context (not `keep`'s): of the sequence whose tool call ends last, else
+        of the queued one admitted last. Its owner re-prefills it when admitted."""
+        victim: Seq | None = None
+        for s in self.tooling.values():
+            if s.held and s is not keep and (victim is None or (s.tool_end, s.traj) > (victim.tool_end, victim.traj)):
+                victim = s
+        if victim is None:
+            for s in reversed(self.waiting):
+                if s.held and s is not keep:
+                    victim = s
+                    break
+        if victim is None:
+            return False
+        held = victim.held
+        self.held -= held
+        victim.held = 0
+        victim.prefill += held
+        self.reprefill_tokens += held
+        self.log.add(now, "preempt", self.id, victim.traj, victim.prompt_id, victim.version, tokens=held,
+                     detail="pinned context")
+        return True
 
     # ---- weights ----------------------------------------------------------------------------
     def _start_load(self, now: float) -> None:
@@ -540,9 +668,12 @@ class Instance:
         for s in lost:
             self._leave(s)
         lost.extend(self.waiting)
+        lost.extend(self.tooling.values())
         for s in lost:
             s.state = GONE
         self.waiting.clear()
+        self.tooling.clear()
+        self.held = 0
         self.heap = []
         self.stops = []
         self.load_req = None
@@ -572,4 +703,4 @@ class Instance:
         j = self.steps_by(now)
         if self.T(j) > now:
             j -= 1
-        return s.made + min(self.K + j - s.k0, s.remaining)
+        return s.made + min(self.K + j, s.target) - s.k0

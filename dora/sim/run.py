@@ -61,6 +61,8 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
         raise InputError(f"batch_size: {p.batch_size} groups per step is more than the {trace.num_groups} groups "
                          f"in {trace.path}; lower --batch-size or use a larger trace")
     need = int(trace.prompt_len.max()) + int(trace.response_len.max())
+    if trace.turns is not None:  # tool output joins the context too
+        need = int((trace.prompt_len.astype(np.int64) + trace.response_len + trace.tool_tokens_total()).max())
     if c.kv_tokens < need:
         raise InputError(f"kv_tokens: {c.kv_tokens} per instance cannot hold the longest trajectory of {trace.path} "
                          f"({need} tokens); raise cluster.kv_tokens to at least {need}")

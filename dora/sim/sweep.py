@@ -219,7 +219,7 @@ def _trace_base(args: argparse.Namespace, base: SimConfig) -> dict:
 
 
 def trace_path(cache: Path, params: TraceParams) -> Path:
-    blob = json.dumps(dataclasses.asdict(params), sort_keys=True).encode()
+    blob = json.dumps(params.record(), sort_keys=True).encode()  # (as before for traces without the new families)
     return cache / f"{params.name}-{hashlib.sha256(blob).hexdigest()[:16]}.parquet"
 
 

@@ -13,6 +13,24 @@ Model for sample s of prompt p drawn at RL step t (all logs natural):
 `rho` is the intra-group correlation of log lengths. `moe_imbalance_cv` is not a per-row
 property: it is recorded in the metadata and the simulator draws per-instance expert-parallel
 slowdowns with that coefficient of variation.
+
+Optional families (their defaults leave a trace exactly as above, draw for draw):
+
+- bimodal mixture (mix_share > 0): a sample takes the second mode with probability
+  q_p = mix_share * exp(-mix_coupling * d_p) / E[...] (capped at 1; positive coupling: easier
+  prompts take it more often), and then its body is mix_median_t * exp(d_p + e_ps) instead
+  (same difficulty and noise, another median, drifting like the first); the tail applies to both;
+- multi-turn agentic trajectories with tool calls (turns_mean > 1):
+      turns    = 1 + Poisson((turns_mean - 1) * sqrt(L) / E[sqrt(L)])  # longer ones take more turns
+      turns    = min(turns, L)                                     # each turn makes >= 1 token
+      wait     = tool_wait_s_median * exp(N(0, tool_wait_sigma^2))  # seconds of EACH call (to the ms)
+      tool_tok = rint(tool_tokens_median * exp(N(0, tool_tokens_sigma^2)))  # per call, <= prompt_max
+  one draw of wait and tool_tok per trajectory (its turns - 1 calls all take them; 0 for a
+  one-turn trajectory). L stays the total tokens the trajectory generates over its turns; the
+  trace gets the columns turns, tool_wait_s and tool_tokens (dora/trace/schema.py).
+
+New draws come after all the base model's draws, so a family switched on leaves the base draws
+(difficulty, noise, tail, prompts) as they were for the same seed.
 """
 
 from __future__ import annotations
@@ -51,6 +69,16 @@ class TraceParams:
     moe_imbalance_cv: float = 0.0
     seed: int = 0
     source: str = ""
+    # bimodal mixture (off at mix_share = 0)
+    mix_share: float = 0.0
+    mix_median: float = 0.0
+    mix_coupling: float = 1.0
+    # multi-turn trajectories with tool calls (off at turns_mean = 1)
+    turns_mean: float = 1.0
+    tool_wait_s_median: float = 0.0
+    tool_wait_sigma: float = 0.0
+    tool_tokens_median: float = 0.0
+    tool_tokens_sigma: float = 0.0
 
     def validate(self) -> None:
         for name in ("steps", "prompts_per_step", "group_size", "prompt_max", "max_len"):
@@ -66,6 +94,29 @@ class TraceParams:
             raise InputError(f"rho: must be in [0, 1], got {self.rho}")
         if not 0 <= self.tail_prob <= 1:
             raise InputError(f"tail_prob: must be in [0, 1], got {self.tail_prob}")
+        if not 0 <= self.mix_share <= 1:
+            raise InputError(f"mix_share: must be in [0, 1], got {self.mix_share}")
+        if self.mix_share > 0 and not self.mix_median > 0:
+            raise InputError(f"mix_median: must be > 0 with mix_share > 0, got {self.mix_median}")
+        if not self.turns_mean >= 1:
+            raise InputError(f"turns_mean: must be >= 1 (1 = one turn, no tool calls), got {self.turns_mean}")
+        for name in ("mix_median", "tool_wait_s_median", "tool_wait_sigma", "tool_tokens_median",
+                     "tool_tokens_sigma"):
+            if getattr(self, name) < 0:
+                raise InputError(f"{name}: must be >= 0, got {getattr(self, name)}")
+
+    def record(self) -> dict:
+        """The parameters as the trace metadata stores them: the optional families' fields only
+        when they differ from their defaults (a trace without them reads as before)."""
+        out = dataclasses.asdict(self)
+        for f in dataclasses.fields(self):
+            if f.name in FAMILY_FIELDS and out[f.name] == f.default:
+                del out[f.name]
+        return out
+
+
+FAMILY_FIELDS = ("mix_share", "mix_median", "mix_coupling", "turns_mean", "tool_wait_s_median",
+                 "tool_wait_sigma", "tool_tokens_median", "tool_tokens_sigma")
 
 
 # Presets follow the figures in shared/ANCHORS.md; traces/README.md says which.
@@ -92,6 +143,66 @@ PRESETS: dict[str, TraceParams] = {
         tail_coupling=1.0, max_len=32768, drift=0.4, moe_imbalance_cv=0.0, seed=2510,
         source="ANCHORS.md: ROLL Flash agentic; Applied Compute 99%/1% split; Seer 40-98K caps",
     ),
+    # ---- robustness grid: one trait pushed each way (figures plausible for the field; the
+    # ones not in ANCHORS.md are marked as such in `source`)
+    # Heavy tail: Pareto alpha near 1 (infinite variance in the limit), a long-tail share twice
+    # moe_longtail's and a 64K cap: the last 10% of requests hold most of the work (Seer's "up
+    # to 50% of rollout time" and beyond).
+    "heavy_tail": TraceParams(
+        name="heavy_tail", prompt_median=400, prompt_sigma=0.6, prompt_max=4096,
+        median=2000, sigma=0.8, rho=0.5, tail_prob=0.08, tail_start=3.0, tail_alpha=1.1,
+        tail_coupling=1.2, max_len=65536, drift=0.3, moe_imbalance_cv=0.0, seed=2611,
+        source="ANCHORS.md: Seer last-10% share, 40-98K caps; Laminar p99 ~ 10x median (exceeded on purpose)",
+    ),
+    # Light tail: alpha 3, rare tail, narrow body and a 16K cap (length-penalised or short-CoT
+    # RL): p99/p50 around 3, long-tail scheduling has little to win.
+    "light_tail": TraceParams(
+        name="light_tail", prompt_median=300, prompt_sigma=0.5, prompt_max=4096,
+        median=2000, sigma=0.45, rho=0.5, tail_prob=0.005, tail_start=2.0, tail_alpha=3.0,
+        tail_coupling=1.0, max_len=16384, drift=0.2, moe_imbalance_cv=0.0, seed=2612,
+        source="not in ANCHORS.md: length-controlled RL (length penalties, short CoT), p99/p50 ~ 3",
+    ),
+    # Bimodal: hybrid thinking (Qwen3-style thinking / non-thinking modes, adaptive-thinking
+    # RL): about a third of samples answer directly in a few hundred tokens, more often on
+    # easy prompts; the rest think for thousands, with moe_longtail's kind of tail.
+    "bimodal": TraceParams(
+        name="bimodal", prompt_median=300, prompt_sigma=0.5, prompt_max=4096,
+        median=5000, sigma=0.6, rho=0.5, tail_prob=0.03, tail_start=3.0, tail_alpha=1.5,
+        tail_coupling=1.0, max_len=32768, drift=0.2, moe_imbalance_cv=0.0, seed=2613,
+        mix_share=0.35, mix_median=500, mix_coupling=1.0,
+        source="not in ANCHORS.md: hybrid thinking modes (direct answers ~ 500 tokens vs long CoT ~ 5K)",
+    ),
+    # Agentic with tool calls (SWE / search / code-execution agents): long prompts (task +
+    # repository context), 1 + Poisson(5) turns (mostly 3-9), each tool call a lognormal wait
+    # of median 5 s (p90 ~ 16 s, p99 ~ 40 s: sandbox test runs, web fetches) returning a few
+    # hundred tokens of output. ROLL Flash reports its largest async gain (2.72x) on agentic RL,
+    # where environment waits leave decode slots empty.
+    "agentic_tools": TraceParams(
+        name="agentic_tools", prompt_median=3000, prompt_sigma=0.5, prompt_max=16384,
+        median=3000, sigma=0.7, rho=0.5, tail_prob=0.03, tail_start=3.0, tail_alpha=1.5,
+        tail_coupling=1.0, max_len=32768, drift=0.3, moe_imbalance_cv=0.0, seed=2614,
+        turns_mean=6.0, tool_wait_s_median=5.0, tool_wait_sigma=0.9, tool_tokens_median=300,
+        tool_tokens_sigma=0.8,
+        source="ANCHORS.md: ROLL Flash 2.72x agentic; turns, tool waits and outputs not in ANCHORS.md",
+    ),
+    # Strong upward drift: the median grows 2.5x over the run (drift 1.5), as response lengths
+    # of reasoning RL grow several-fold (LongCat raising its cap 48K -> 56K -> 64K as the p90
+    # nears it): a predictor trained on early steps under-estimates late ones.
+    "drift_up": TraceParams(
+        name="drift_up", prompt_median=300, prompt_sigma=0.5, prompt_max=4096,
+        median=1500, sigma=0.7, rho=0.55, tail_prob=0.03, tail_start=3.0, tail_alpha=1.5,
+        tail_coupling=1.0, max_len=32768, drift=1.5, moe_imbalance_cv=0.0, seed=2615,
+        source="ANCHORS.md: LongCat caps 48K->56K->64K, upward drift; drift 1.5 is a strong case",
+    ),
+    # Short and nearly uniform: median 400, sigma 0.15, no tail, a 1K cap (short-answer RL):
+    # every trajectory of a step ends at about the same time, so a synchronous step wastes
+    # little and asynchrony should not pay here.
+    "short_uniform": TraceParams(
+        name="short_uniform", prompt_median=200, prompt_sigma=0.3, prompt_max=1024,
+        median=400, sigma=0.15, rho=0.5, tail_prob=0.0, tail_start=4.0, tail_alpha=1.5,
+        tail_coupling=1.0, max_len=1024, drift=0.0, moe_imbalance_cv=0.0, seed=2616,
+        source="not in ANCHORS.md: a control case with no long tail",
+    ),
 }
 
 
@@ -103,7 +214,8 @@ def generate(params: TraceParams) -> dict[str, np.ndarray]:
     g = params.group_size
     step_of_group = np.repeat(np.arange(params.steps, dtype=np.int32), params.prompts_per_step)
     frac = step_of_group / max(params.steps - 1, 1)
-    med_t = params.median * (1.0 + params.drift * frac)
+    grow = 1.0 + params.drift * frac
+    med_t = params.median * grow
 
     d = rng.normal(0.0, params.sigma * np.sqrt(params.rho), n_groups)
     e = rng.normal(0.0, params.sigma * np.sqrt(1.0 - params.rho), (n_groups, g))
@@ -114,14 +226,20 @@ def generate(params: TraceParams) -> dict[str, np.ndarray]:
     in_tail = rng.random((n_groups, g)) < p_tail[:, None]
     pareto = (1.0 - rng.random((n_groups, g))) ** (-1.0 / params.tail_alpha)  # Pareto(alpha) >= 1
     tail_len = med_t[:, None] * params.tail_start * pareto
-    length = np.where(in_tail, np.maximum(body, tail_len), body)
-    length = np.clip(np.rint(length), 1, params.max_len).astype(np.int32)
 
     prompt = params.prompt_median * np.exp(rng.normal(0.0, params.prompt_sigma, n_groups))
     prompt = np.clip(np.rint(prompt), 1, params.prompt_max).astype(np.int32)
 
+    if params.mix_share > 0:  # the second mode replaces the body of the samples that take it
+        wm = np.exp(-params.mix_coupling * d)
+        p_mix = np.clip(params.mix_share * wm / wm.mean(), 0.0, 1.0)
+        in_mix = rng.random((n_groups, g)) < p_mix[:, None]
+        body = np.where(in_mix, (params.mix_median * grow)[:, None] * np.exp(d[:, None] + e), body)
+    length = np.where(in_tail, np.maximum(body, tail_len), body)
+    length = np.clip(np.rint(length), 1, params.max_len).astype(np.int32)
+
     prompt_id = np.repeat(np.arange(n_groups, dtype=np.int64), g)
-    return {
+    cols = {
         "prompt_id": prompt_id,
         "sample_idx": np.tile(np.arange(g, dtype=np.int32), n_groups),
         "prompt_len": np.repeat(prompt, g),
@@ -129,10 +247,27 @@ def generate(params: TraceParams) -> dict[str, np.ndarray]:
         "step": np.repeat(step_of_group, g),
         "finish_reason": np.where(length.reshape(-1) >= params.max_len, "length", "stop"),
     }
+    if params.turns_mean > 1:
+        cols.update(_tool_calls(params, rng, cols["response_len"]))
+    return cols
+
+
+def _tool_calls(params: TraceParams, rng: np.random.Generator, length: np.ndarray) -> dict[str, np.ndarray]:
+    """turns, tool_wait_s and tool_tokens per trajectory (see the module docstring)."""
+    n = len(length)
+    root = np.sqrt(length.astype(np.float64))
+    turns = 1 + rng.poisson((params.turns_mean - 1.0) * root / root.mean())
+    turns = np.minimum(turns, length).astype(np.int32)
+    wait = np.round(params.tool_wait_s_median * np.exp(rng.normal(0.0, params.tool_wait_sigma, n)), 3)  # ms
+    tool = params.tool_tokens_median * np.exp(rng.normal(0.0, params.tool_tokens_sigma, n))
+    tool = np.clip(np.rint(tool), 0, params.prompt_max)  # tool output is context, capped like a prompt
+    one = turns == 1
+    return {"turns": turns, "tool_wait_s": np.where(one, 0.0, wait),
+            "tool_tokens": np.where(one, 0, tool).astype(np.int32)}
 
 
 def generate_to(path: str, params: TraceParams) -> dict[str, np.ndarray]:
     cols = generate(params)
-    meta = {"generator": GENERATOR, "params": dataclasses.asdict(params)}
+    meta = {"generator": GENERATOR, "params": params.record()}
     write_trace(path, cols, meta)
     return cols

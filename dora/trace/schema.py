@@ -18,8 +18,15 @@ REQUIRED_COLUMNS = {
     "prompt_len": pa.int32(),
     "response_len": pa.int32(),
 }
-OPTIONAL_INT_COLUMNS = {"step": pa.int32(), "version": pa.int32(), "instance": pa.int32()}
-OPTIONAL_FLOAT_COLUMNS = {"reward": pa.float64(), "t_start_s": pa.float64(), "t_end_s": pa.float64()}
+OPTIONAL_INT_COLUMNS = {"step": pa.int32(), "version": pa.int32(), "instance": pa.int32(),
+                        "turns": pa.int32(), "tool_tokens": pa.int32()}
+OPTIONAL_FLOAT_COLUMNS = {"reward": pa.float64(), "t_start_s": pa.float64(), "t_end_s": pa.float64(),
+                          "tool_wait_s": pa.float64()}
+# Multi-turn (agentic) trajectories: `turns` assistant turns (>= 1, at most response_len: each turn
+# generates at least one token), with a tool call after every turn but the last. Each of the
+# turns - 1 calls waits `tool_wait_s` seconds (per call, not the total) and appends `tool_tokens`
+# tokens of tool output (per call) to the context. response_len stays the total generated tokens.
+TURN_COLUMNS = ("turns", "tool_wait_s", "tool_tokens")
 FINISH_REASONS = ("stop", "length")
 META_KEY = b"dora.trace"
 
@@ -39,6 +46,9 @@ class Trace:
     step: np.ndarray | None = None  # int32
     finish_reason: np.ndarray | None = None  # object ('stop'/'length')
     metadata: dict = field(default_factory=dict)
+    turns: np.ndarray | None = None  # int32 >= 1 (None: every trajectory is one turn)
+    tool_wait_s: np.ndarray | None = None  # float64 >= 0, seconds of each tool call
+    tool_tokens: np.ndarray | None = None  # int32 >= 0, tool-output tokens appended per tool call
 
     @property
     def group_size(self) -> int:
@@ -59,6 +69,12 @@ class Trace:
 
     def group_prompt_ids(self) -> np.ndarray:
         return self.prompt_id[:: self.group_size]
+
+    def tool_tokens_total(self) -> np.ndarray:
+        """Tool-output tokens each trajectory appends to its context over all its tool calls."""
+        if self.turns is None or self.tool_tokens is None:
+            return np.zeros(len(self.prompt_id), dtype=np.int64)
+        return (self.turns.astype(np.int64) - 1) * self.tool_tokens
 
     def truncated(self) -> np.ndarray:
         if self.finish_reason is not None:
@@ -98,6 +114,7 @@ def load_trace(path: str | Path) -> Trace:
             row = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
             raise _bad(p, col, row, "is null", "fill or drop rows with missing values")
         cols[col] = arr.to_numpy().astype(want.to_pandas_dtype())
+    floats: dict[str, np.ndarray] = {}
     for col in OPTIONAL_FLOAT_COLUMNS:
         if col in names:
             arr = table.column(col)
@@ -110,6 +127,7 @@ def load_trace(path: str | Path) -> Trace:
                 what = "is null" if arr.null_count and arr.is_null().to_numpy(zero_copy_only=False)[r] else \
                     f"value {vals[r]} is NaN or infinite"
                 raise _bad(p, col, r, what, "fill or drop rows with missing values")
+            floats[col] = vals
     for col in ("prompt_len", "response_len"):
         bad = np.flatnonzero(cols[col] < 1)
         if len(bad):
@@ -121,6 +139,7 @@ def load_trace(path: str | Path) -> Trace:
             if len(bad):
                 r = int(bad[0])
                 raise _bad(p, col, r, f"value {int(cols[col][r])} is negative", "indices start at 0")
+    _check_turns(p, cols, floats)
     finish = None
     if "finish_reason" in names:
         fr = table.column("finish_reason")
@@ -154,7 +173,38 @@ def load_trace(path: str | Path) -> Trace:
         step=None if step is None else step[order],
         finish_reason=None if finish is None else finish[order],
         metadata=meta,
+        turns=None if "turns" not in cols else cols["turns"][order],
+        tool_wait_s=None if "tool_wait_s" not in floats else floats["tool_wait_s"][order],
+        tool_tokens=None if "tool_tokens" not in cols else cols["tool_tokens"][order],
     )
+
+
+def _check_turns(p: str, cols: dict[str, np.ndarray], floats: dict[str, np.ndarray]) -> None:
+    """The multi-turn columns: turns in [1, response_len], tool_wait_s and tool_tokens >= 0, and
+    the tool columns only with a turns column."""
+    if "turns" not in cols:
+        for col in ("tool_wait_s", "tool_tokens"):
+            if col in cols or col in floats:
+                raise _bad(p, col, None, "given without a 'turns' column",
+                           "add turns (tool calls per trajectory = turns - 1) or drop the column")
+        return
+    turns = cols["turns"]
+    bad = np.flatnonzero(turns < 1)
+    if len(bad):
+        r = int(bad[0])
+        raise _bad(p, "turns", r, f"value {int(turns[r])} is not >= 1", "a trajectory has at least one turn")
+    bad = np.flatnonzero(turns > cols["response_len"])
+    if len(bad):
+        r = int(bad[0])
+        raise _bad(p, "turns", r, f"value {int(turns[r])} is more than response_len {int(cols['response_len'][r])}",
+                   "each turn generates at least one token")
+    for col, vals in (("tool_tokens", cols.get("tool_tokens")), ("tool_wait_s", floats.get("tool_wait_s"))):
+        if vals is None:
+            continue
+        bad = np.flatnonzero(vals < 0)
+        if len(bad):
+            r = int(bad[0])
+            raise _bad(p, col, r, f"value {vals[r]} is negative", "tool calls take >= 0 seconds and tokens")
 
 
 def _check_groups(p: str, prompt_id: np.ndarray, sample_idx: np.ndarray) -> None:

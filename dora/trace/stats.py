@@ -33,6 +33,22 @@ def trace_stats(tr: Trace) -> dict:
         out["steps"] = int(tr.step.max() - tr.step.min() + 1)
         out["median_first_decile"] = float(np.median(r[tr.step <= lo]))
         out["median_last_decile"] = float(np.median(r[tr.step >= hi]))
+    if tr.turns is not None:
+        turns = tr.turns.astype(np.float64)
+        calls = turns - 1
+        multi = calls > 0
+        wait = tr.tool_wait_s if tr.tool_wait_s is not None else np.zeros(len(r))
+        tool = tr.tool_tokens if tr.tool_tokens is not None else np.zeros(len(r), dtype=np.int32)
+        out["turns_mean"] = float(turns.mean())
+        out["turns_p90"] = float(np.percentile(turns, 90))
+        out["turns_max"] = int(turns.max())
+        out["multi_turn_share"] = float(multi.mean())
+        # per tool call (a trajectory's calls all take its tool_wait_s / tool_tokens)
+        out["tool_wait_s_p50"] = float(np.median(np.repeat(wait[multi], calls[multi].astype(np.int64)))) \
+            if multi.any() else 0.0
+        out["tool_wait_s_per_traj_mean"] = float((calls * wait).mean())
+        out["tool_tokens_per_call_mean"] = float((calls * tool).sum() / calls.sum()) if multi.any() else 0.0
+        out["tool_tokens_per_traj_mean"] = float(tr.tool_tokens_total().mean())
     return out
 
 
@@ -61,4 +77,9 @@ def format_stats(path: str, s: dict) -> str:
     if "steps" in s:
         lines.append("  drift: median {median_first_decile:,.0f} (first 10% of steps) -> "
                      "{median_last_decile:,.0f} (last 10%)".format(**s))
+    if "turns_mean" in s:
+        lines.append("  turns mean {turns_mean:.2f} (p90 {turns_p90:.0f}, max {turns_max}; {multi_turn_share:.1%} "
+                     "multi-turn); tool call wait p50 {tool_wait_s_p50:.1f} s, {tool_wait_s_per_traj_mean:.1f} s "
+                     "per trajectory; tool output {tool_tokens_per_call_mean:,.0f} tokens per call, "
+                     "{tool_tokens_per_traj_mean:,.0f} per trajectory".format(**s))
     return "\n".join(lines)

@@ -15,10 +15,15 @@ from dora.trace import Trace
 LENGTH_SHAPES = ("random", "equal", "outlier", "ones", "cap")
 
 
-def make_trace(lengths: np.ndarray, prompt_lens: np.ndarray, cap: int, shape: str) -> Trace:
+def make_trace(lengths: np.ndarray, prompt_lens: np.ndarray, cap: int, shape: str,
+               turns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> Trace:
     """A validated-shape Trace from a (groups x G) array of response lengths (rows sorted by
-    prompt_id, sample_idx; groups contiguous), as dora.trace.load_trace would return it."""
+    prompt_id, sample_idx; groups contiguous), as dora.trace.load_trace would return it; `turns`:
+    (turns, tool_wait_s, tool_tokens) of the same shape, for multi-turn trajectories."""
     n, g = lengths.shape
+    multi = {} if turns is None else {
+        "turns": turns[0].reshape(-1).astype(np.int32), "tool_wait_s": turns[1].reshape(-1).astype(np.float64),
+        "tool_tokens": turns[2].reshape(-1).astype(np.int32)}
     return Trace(
         path=f"<hypothesis {shape} {n}x{g} cap {cap}>",
         prompt_id=np.repeat(np.arange(n, dtype=np.int64), g),
@@ -26,13 +31,15 @@ def make_trace(lengths: np.ndarray, prompt_lens: np.ndarray, cap: int, shape: st
         prompt_len=np.repeat(prompt_lens.astype(np.int32), g),
         response_len=lengths.reshape(-1).astype(np.int32),
         metadata={"generator": "tests.sched.strategies", "params": {"max_len": cap}},
+        **multi,
     )
 
 
 @st.composite
-def traces(draw, min_groups: int = 1) -> Trace:
+def traces(draw, min_groups: int = 1, multi_turn: bool = False) -> Trace:
     """Small traces, including degenerate ones: all lengths equal, one extreme outlier,
-    every length 1, every length at the cap."""
+    every length 1, every length at the cap. multi_turn: trajectories of 1 to 6 turns (at most
+    their length), with tool calls of 0 to 5 s appending 0 to 64 tokens each."""
     g = draw(st.integers(1, 4))
     n = draw(st.integers(max(min_groups, 1), max(min_groups, 1) + 12))
     cap = draw(st.sampled_from([1, 2, 16, 128, 512, 2048]))
@@ -51,7 +58,15 @@ def traces(draw, min_groups: int = 1) -> Trace:
     else:
         lengths = np.full((n, g), cap)
     prompt_lens = rng.integers(1, draw(st.sampled_from([1, 8, 64])) + 1, n)
-    return make_trace(lengths.astype(np.int64), prompt_lens, cap, shape)
+    turns = None
+    if multi_turn:
+        k = np.minimum(rng.integers(1, draw(st.integers(1, 6)) + 1, (n, g)), lengths)
+        waits = rng.choice(np.array([draw(st.sampled_from([0.0, 0.01, 0.5])), draw(st.sampled_from([0.1, 5.0]))]),
+                           (n, g))
+        tool = rng.integers(0, draw(st.sampled_from([1, 8, 64])) + 1, (n, g))
+        turns = (k, waits, tool)
+        shape += " multi-turn"
+    return make_trace(lengths.astype(np.int64), prompt_lens, cap, shape, turns)
 
 
 @dataclass
@@ -93,11 +108,11 @@ def _policy_knobs(draw, policy: str) -> dict:
 
 
 @st.composite
-def cases(draw, policy: str) -> Case:
+def cases(draw, policy: str, multi_turn: bool = False) -> Case:
     """A trace and a small cluster/policy config that fits it (KV holds the longest trajectory)."""
     batch = draw(st.integers(1, 4))
-    trace = draw(traces(min_groups=batch))
-    need = int(trace.prompt_len.max()) + int(trace.response_len.max())
+    trace = draw(traces(min_groups=batch, multi_turn=multi_turn))
+    need = int(trace.prompt_len.max()) + int(trace.response_len.max()) + int(trace.tool_tokens_total().max())
     eta = draw(st.integers(1 if policy == "one_step" else 0, 4))
     instances = draw(st.integers(1, 8))
     min_seqs = -(-trace.group_size // instances)  # the cluster holds one group at once (check_fits)

@@ -159,6 +159,17 @@ def test_policy_properties_with_failures(policy, data):
     check_run(case, policy)
 
 
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+@settings(phases=PHASES)
+@given(data=st.data())
+def test_policy_properties_multi_turn(policy, data):
+    """Multi-turn trajectories (tool calls between turns, KV pinned meanwhile), with failures."""
+    case = data.draw(S.cases(policy, multi_turn=True), label="case")
+    if data.draw(st.booleans(), label="failures"):
+        case.data["faults"] = data.draw(S.fault_specs(case.data["cluster"]["instances"]), label="faults")
+    check_run(case, policy)
+
+
 def test_log_checker_catches_a_running_trajectory():
     """The log checker is not vacuous: a dispatch with no closing row, a time reversal, a finished
     trajectory neither trained nor held are each reported."""
@@ -244,3 +255,29 @@ def test_repro_laminar_refreshes_instances_drained_by_aborts():
     case.data["seed"] = 1
     case.data["cost"] = {"moe_imbalance_cv": 0.3}
     check_run(case, "laminar")
+
+
+def test_repro_dora_samples_before_dispatching_regenerated_groups():
+    """Found by the multi-turn search: one dora action list sampled new groups, then (training a
+    batch) dispatched the regenerated stale groups it had numbered already; the new groups'
+    dispatches, delivered at once, came first and the simulator refused the ids as not dense."""
+    lengths = np.array([[520, 329], [482, 235], [259, 234], [671, 292], [43, 434], [2031, 1803], [142, 719],
+                        [128, 333], [95, 504], [217, 132], [168, 178], [417, 200], [242, 135], [54, 761],
+                        [830, 125], [88, 412]])
+    turns = np.array([[3, 1], [5, 3], [2, 4], [5, 2], [5, 1], [5, 5], [3, 2], [2, 5], [4, 3], [4, 1], [1, 3],
+                      [1, 2], [1, 5], [4, 2], [4, 2], [5, 4]])
+    waits = np.array([[0.1, 0.1], [0.1, 0.5], [0.1, 0.5], [0.1, 0.5], [0.5, 0.1], [0.1, 0.1], [0.1, 0.1],
+                      [0.5, 0.5], [0.5, 0.1], [0.5, 0.1], [0.5, 0.5], [0.1, 0.1], [0.1, 0.1], [0.5, 0.1],
+                      [0.1, 0.1], [0.5, 0.5]])
+    tool = np.array([[8, 3], [5, 2], [8, 0], [7, 1], [3, 7], [3, 8], [8, 7], [0, 8], [6, 2], [5, 5], [6, 4],
+                     [7, 7], [3, 1], [8, 3], [0, 6], [8, 8]])
+    trace = S.make_trace(lengths, np.array([2, 8, 1, 5, 1, 6, 7, 3, 8, 5, 8, 2, 2, 1, 8, 2]), 2048, "repro",
+                         (turns, waits, tool))
+    data = {"trace": trace.path, "policies": ["dora"], "steps": 3, "seed": 3, "cost": {"moe_imbalance_cv": 0.0},
+            "cluster": {"instances": 1, "devices_per_instance": 1, "max_seqs": 6, "kv_tokens": 204900,
+                        "trainer_devices": 3},
+            "policy": {"eta": 1, "batch_size": 4, "group_size": 2,
+                       "dora": {"versions_per_instance": 3, "migrate_kv": True, "supplement": True,
+                                "pack_occupancy": 1.0, "repartition_load": 1.0, "predictor": "none",
+                                "max_regenerations": 1, "elastic_trainer": False}}}
+    check_run(S.Case(trace, data), "dora")

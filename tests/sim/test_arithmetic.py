@@ -177,3 +177,220 @@ def test_kv_reading_mid_run(tmp_path, monkeypatch, reference):
     now, used = readings[0]
     assert now == pytest.approx(t3 + L, rel=1e-12)
     assert used == (0, 15)
+
+
+# ---- multi-turn trajectories: tool calls between turns ------------------------------------------
+
+def _one_instance(trace, **over):
+    base = {"steps": 2, "cluster.instances": 1, "cluster.trainer_devices": 1, "cluster.max_seqs": 4,
+            "cluster.kv_tokens": 1000, "policy.batch_size": 1, "policy.eta": 1, "policy.sync.colocated": False,
+            "cost": COST}
+    return small_config(trace, **{**base, **over})
+
+
+def _rows(ev, name, traj=None):
+    r = ev[ev["event"] == name]
+    return r if traj is None else r[r["trajectory"] == traj]
+
+
+def test_two_turn_trajectory_alone(tmp_path):
+    """One trajectory of 6 tokens in 2 turns (prompt 10), a tool call of W = 5 s appending 4 tokens.
+
+    Turn 1 makes 6 // 2 = 3 tokens: prefill p*10, steps at contexts 10, 11, 12. The tool call
+    then takes W with the sequence out of the batch; its output (4 tokens) is prefilled when it
+    rejoins, and turn 2 makes the other 3 tokens at contexts 17, 18, 19. The trainer trains on
+    prompt + response + tool output = 20 tokens. The decode-slot share covers the six steps
+    only (none of the wait); the useful prefill is the prompt's and the tool output's."""
+    W = 5.0
+    trace = write_lengths(tmp_path / "turns.parquet", [[6]], prompt_len=10, turns=[[2]], tool_wait_s=W,
+                          tool_tokens=4)
+    turn1 = 3 * A + 3 * B_SEQ + C_CTX * (10 + 11 + 12)
+    turn2 = 3 * A + 3 * B_SEQ + C_CTX * (17 + 18 + 19)
+    t1 = P_TOK * 10 + turn1
+    rollout = t1 + W + P_TOK * 4 + turn2
+    step = rollout + T0 + T1 * 20 + PUBLISH + LOAD
+    r = simulate(load_trace(trace), _one_instance(trace), "sync", progress=False)
+    ev = r.events
+    assert r.metrics["step_time_mean_s"] == pytest.approx(step, rel=1e-12)
+    fin = _rows(ev, "finish").sort_values("t_s")
+    assert fin["t_s"].iloc[0] == pytest.approx(rollout, rel=1e-12)
+    assert fin["tokens"].iloc[0] == 6
+    assert fin["busy_s"].iloc[0] == pytest.approx((turn1 + turn2) / 4, rel=1e-12)  # 4 slots, 1 device
+    assert fin["prefill_s"].iloc[0] == pytest.approx(P_TOK * 14, rel=1e-12)
+    start, end = _rows(ev, "tool_start", 0), _rows(ev, "tool_end", 0)
+    assert start["t_s"].tolist() == pytest.approx([t1], rel=1e-12) and start["tokens"].tolist() == [13]
+    assert end["t_s"].tolist() == pytest.approx([t1 + W], rel=1e-12) and end["tokens"].tolist() == [4]
+    assert _rows(ev, "train_end")["tokens"].tolist() == [20, 20]
+    assert r.metrics["reprefill_tokens"] == 0 and r.metrics["waste_ratio"] == 0
+
+
+@pytest.mark.parametrize("W", [0.01, 1.0])
+def test_tool_wait_frees_the_slot(tmp_path, W):
+    """One slot, two groups of one trajectory (prompts 10): A makes 4 tokens in 2 turns with a
+    tool call of W (2 tokens of output), B 3 tokens in one turn. A runs first; its tool call
+    frees the slot, so B runs at once (prefill p*10, contexts 10, 11, 12). W = 0.01: A is back
+    while B runs and waits for the slot (FCFS) until B ends; W = 1: B is done, A runs when back.
+    A's second turn: prefill p*2, contexts 14, 15 (its 12 tokens of KV stayed pinned)."""
+    trace = write_lengths(tmp_path / "slot.parquet", [[4], [3]], prompt_len=10, turns=[[2], [1]], tool_wait_s=W,
+                          tool_tokens=2)
+    tA1 = P_TOK * 10 + 2 * A + 2 * B_SEQ + C_CTX * (10 + 11)
+    tB = tA1 + P_TOK * 10 + 3 * A + 3 * B_SEQ + C_CTX * (10 + 11 + 12)
+    back = max(tA1 + W, tB)
+    tA2 = back + P_TOK * 2 + 2 * A + 2 * B_SEQ + C_CTX * (14 + 15)
+    r = simulate(load_trace(trace), _one_instance(trace, **{"cluster.max_seqs": 1, "policy.batch_size": 2}), "sync",
+                 progress=False)
+    ev = r.events
+    fin = _rows(ev, "finish")
+    fin = fin[fin["t_s"] < tA2 + 1e-9]
+    assert dict(zip(fin["trajectory"], fin["t_s"])) == {0: pytest.approx(tA2, rel=1e-12),
+                                                        1: pytest.approx(tB, rel=1e-12)}
+    busy = dict(zip(fin["trajectory"], fin["busy_s"]))  # one slot: the decode share is the step time
+    assert busy[0] == pytest.approx(4 * A + 4 * B_SEQ + C_CTX * (10 + 11 + 14 + 15), rel=1e-12)
+    assert busy[1] == pytest.approx(3 * A + 3 * B_SEQ + C_CTX * 33, rel=1e-12)
+    assert _rows(ev, "tool_end", 0)["t_s"].iloc[0] == pytest.approx(tA1 + W, rel=1e-12)
+
+
+def _scripted(monkeypatch, act):
+    """`sync` whose on_finished of trajectory 1 (the first time) calls act(policy, inst 1); it
+    reads every instance's KV then and on each migration's arrival (into `readings`)."""
+    from dora.sched.policies import POLICIES
+
+    readings: list[tuple[str, float, tuple]] = []
+
+    class Scripted(POLICIES["sync"]):
+        done = False
+
+        def on_finished(self, traj, inst, group_done):
+            super().on_finished(traj, inst, group_done)
+            if traj == 1 and not Scripted.done:
+                Scripted.done = True
+                act(self, self.view.instances[1])
+                self.read_kv([0, 1])
+                self._why = "finish"
+
+        def on_migrated(self, traj, src, dst):
+            self.read_kv([0, 1])
+            self._why = "migrated"
+
+        def on_kv(self, used):
+            readings.append((self._why, self.now, tuple(used.values())))
+
+    monkeypatch.setitem(POLICIES, "sync", Scripted)
+    return readings
+
+
+def _pair_trace(tmp_path, W):
+    """A (instance 0): 6 tokens in 2 turns, tool call of W appending 4; B (instance 1): 5 tokens."""
+    trace = write_lengths(tmp_path / "pair.parquet", [[6, 5]], prompt_len=10, turns=[[2, 1]], tool_wait_s=W,
+                          tool_tokens=4)
+    tA1 = P_TOK * 10 + 3 * A + 3 * B_SEQ + C_CTX * (10 + 11 + 12)
+    tB = P_TOK * 10 + 5 * A + 5 * B_SEQ + C_CTX * (10 + 11 + 12 + 13 + 14)
+    assert tA1 < tB < tA1 + W
+    return trace, tA1, tB
+
+
+def test_migrate_during_tool_call(tmp_path, monkeypatch):
+    """A is in its tool call when B finishes; the policy moves A with its KV (13 tokens) to
+    instance 1: it arrives kv_transfer_s(13) later, waits there for the call to end (its KV
+    pinned there, none left on instance 0), then prefills the 4 tool tokens and makes its
+    second turn on instance 1."""
+    W = 1.0
+    trace, tA1, tB = _pair_trace(tmp_path, W)
+    readings = _scripted(monkeypatch, lambda pol, dst: pol.migrate(0, dst, kv=True))
+    cfg = _one_instance(trace, **{"cluster.instances": 2})
+    r = simulate(load_trace(trace), cfg, "sync", progress=False)
+    ev = r.events
+    cost = CostModel(**COST)
+    arrive = tB + cost.kv_transfer_s(13)
+    assert readings[:2] == [("finish", pytest.approx(tB), (0, 0)), ("migrated", pytest.approx(arrive), (0, 13))]
+    out, into = _rows(ev, "migrate_out", 0), _rows(ev, "migrate_in", 0)
+    assert out["instance"].tolist() == [0] and out["tokens"].tolist() == [3]
+    assert into["instance"].tolist() == [1] and into["tokens"].tolist() == [13]
+    end = _rows(ev, "tool_end", 0)
+    assert end["instance"].tolist() == [1] and end["t_s"].tolist() == pytest.approx([tA1 + W], rel=1e-12)
+    fin = _rows(ev, "finish", 0)
+    t_fin = tA1 + W + P_TOK * 4 + 3 * A + 3 * B_SEQ + C_CTX * (17 + 18 + 19)
+    assert fin["instance"].tolist() == [1] and fin["t_s"].tolist() == pytest.approx([t_fin], rel=1e-12)
+    assert fin["tokens"].tolist() == [3]  # this segment's; 3 + 3 over the trajectory
+    assert r.metrics["migrations"] == 1 and r.metrics["c2_lost"] == 0 and r.metrics["trained_samples"] == 4
+
+
+def test_abort_during_tool_call(tmp_path, monkeypatch):
+    """Aborted in its tool call, A is dropped at once: its pinned KV is freed and its call's
+    return is ignored; its group is generated again."""
+    W = 1.0
+    trace, tA1, tB = _pair_trace(tmp_path, W)
+
+    def act(pol, dst):
+        g = pol.view.groups[pol.view.trajs[0].prompt_id]
+        pol.regenerate(g, "test")
+
+    readings = _scripted(monkeypatch, act)
+    r = simulate(load_trace(trace), _one_instance(trace, **{"cluster.instances": 2}), "sync", progress=False)
+    ev = r.events
+    assert readings[0] == ("finish", pytest.approx(tB), (0, 0))
+    ab = _rows(ev, "abort", 0)
+    assert ab["t_s"].tolist() == pytest.approx([tB]) and ab["tokens"].tolist() == [3]
+    assert len(_rows(ev, "tool_start", 0)) == 1 and len(_rows(ev, "tool_end", 0)) == 0
+    assert r.metrics["c2_lost"] == 0 and r.metrics["c2_duplicated"] == 0 and r.metrics["steps"] == 2
+
+
+def test_instance_failure_during_tool_call(tmp_path):
+    """Instance 0 fails while A is in its tool call: A is lost with the 3 tokens of its first
+    turn, its call's return is ignored, and its group is generated again."""
+    W = 1.0
+    trace, tA1, tB = _pair_trace(tmp_path, W)
+    t_fail = tA1 + W / 2
+    cfg = _one_instance(trace, **{"cluster.instances": 2, "faults.fail_at": [[t_fail, 0]], "faults.repair_s": 1.0})
+    r = simulate(load_trace(trace), cfg, "sync", progress=False)
+    ev = r.events
+    lost = _rows(ev, "lost", 0)
+    assert lost["t_s"].tolist() == pytest.approx([t_fail]) and lost["tokens"].tolist() == [3]
+    assert len(_rows(ev, "tool_end", 0)) == 0
+    assert r.metrics["c2_lost"] == 0 and r.metrics["steps"] == 2
+
+
+def test_pinned_context_gives_way_to_a_running_sequence(tmp_path):
+    """KV of 35 tokens, two slots: A (4 tokens in 2 turns, tool output 2) and B (20 tokens) start
+    together (prefill p*20). After A's first turn (2 steps at 2 x contexts 10+j) it pins 12
+    tokens; B grows until B's context + its next token + 12 would pass 35, and A's pinned context
+    is dropped (a `preempt` row of 12 tokens) rather than B preempted. Back after W, A
+    prefills 12 + 2 tokens (only the 2 are new: its useful prefill is p*(10 + 2)) and makes its
+    last 2 tokens at contexts 14, 15."""
+    W = 1.0
+    trace = write_lengths(tmp_path / "kv.parquet", [[4, 20]], prompt_len=10, turns=[[2, 1]], tool_wait_s=W,
+                          tool_tokens=2)
+    r = simulate(load_trace(trace), _one_instance(trace, **{"cluster.max_seqs": 2, "cluster.kv_tokens": 35}),
+                 "sync", progress=False)
+    ev = r.events
+    tA1 = P_TOK * 20 + 2 * A + 4 * B_SEQ + C_CTX * (20 + 22)
+    pre = _rows(ev, "preempt")
+    first = pre[pre["t_s"] < tA1 + W]
+    assert first["trajectory"].tolist() == [0] and first["tokens"].tolist() == [12]
+    assert first["detail"].tolist() == ["pinned context"]
+    fin = _rows(ev, "finish", 0)
+    t_fin = tA1 + W + P_TOK * 14 + 2 * A + 2 * B_SEQ + C_CTX * (14 + 15)
+    assert fin["t_s"].iloc[0] == pytest.approx(t_fin, rel=1e-12)
+    assert fin["prefill_s"].iloc[0] == pytest.approx(P_TOK * 12, rel=1e-12)
+    assert r.metrics["reprefill_tokens"] == 2 * 12  # both steps alike
+
+
+def test_one_turn_columns_change_nothing(small_trace, tmp_path):
+    """A trace whose every trajectory has one turn runs exactly as the same trace without the
+    multi-turn columns (same event log)."""
+    from dora.trace import write_trace
+
+    tr = load_trace(small_trace)
+    cols = {"prompt_id": tr.prompt_id, "sample_idx": tr.sample_idx, "prompt_len": tr.prompt_len,
+            "response_len": tr.response_len, "step": tr.step, "finish_reason": tr.finish_reason,
+            "turns": np.ones(len(tr), np.int32), "tool_wait_s": np.full(len(tr), 3.0),
+            "tool_tokens": np.full(len(tr), 50, np.int32)}
+    one = tmp_path / "one_turn.parquet"
+    write_trace(one, cols, tr.metadata)
+    over = {"steps": 3, "cluster.instances": 4, "policy.batch_size": 4}
+    for policy in ("dora", "partial"):
+        a = simulate(load_trace(small_trace), small_config(small_trace, **over), policy, progress=False)
+        b = simulate(load_trace(one), small_config(one, **over), policy, progress=False)
+        assert a.events.drop(columns="detail").equals(b.events.drop(columns="detail"))
+        assert {k: v for k, v in a.metrics.items() if k != "sim_wall_s"} == \
+            {k: v for k, v in b.metrics.items() if k != "sim_wall_s"}

@@ -100,3 +100,60 @@ def test_metadata_round_trip(tmp_path):
     tr = load_trace(tmp_path / "m.parquet")
     assert tr.metadata["generator"] == "x" and tr.max_len == 3
     assert tr.truncated().tolist() == [False, True]
+
+
+# ---- multi-turn columns ----------------------------------------------------------------------------
+
+def _turns(**cols) -> dict:
+    return {"turns": pa.array([1, 2, 3, 1], pa.int32()), "tool_wait_s": pa.array([0.0, 1.5, 2.0, 0.0]),
+            "tool_tokens": pa.array([0, 10, 5, 0], pa.int32()), **cols}
+
+
+def test_multi_turn_columns_load(tmp_path):
+    p = tmp_path / "t.parquet"
+    pq.write_table(_table(**_turns()), p)
+    tr = load_trace(p)
+    assert tr.turns.tolist() == [1, 2, 3, 1] and tr.tool_wait_s.tolist() == [0.0, 1.5, 2.0, 0.0]
+    assert tr.tool_tokens.tolist() == [0, 10, 5, 0] and tr.tool_tokens_total().tolist() == [0, 10, 10, 0]
+    plain = load_trace(write_lengths(tmp_path / "plain.parquet", [[3, 9]]))
+    assert plain.turns is None and plain.tool_wait_s is None and plain.tool_tokens is None
+
+
+def test_multi_turn_columns_round_trip(tmp_path):
+    p = write_lengths(tmp_path / "t.parquet", [[3, 9], [4, 2]], turns=[[1, 2], [3, 1]], tool_wait_s=[[0, 1.5], [2, 0]],
+                      tool_tokens=7)
+    tr = load_trace(p)
+    assert tr.turns.tolist() == [1, 2, 3, 1] and tr.tool_wait_s.tolist() == [0.0, 1.5, 2.0, 0.0]
+    assert tr.tool_tokens.tolist() == [7] * 4
+
+
+@pytest.mark.parametrize("cols, words", [
+    ({"turns": pa.array([1, 0, 1, 1], pa.int32())}, ["column 'turns', row 1", "not >= 1"]),
+    ({"turns": pa.array([1, 2, 5, 1], pa.int32())}, ["column 'turns', row 2", "more than response_len 4"]),
+    ({"turns": pa.array([1.0, 2, 3, 1])}, ["column 'turns'", "integer"]),
+    ({"tool_wait_s": pa.array([0.0, -1.0, 2.0, 0.0])}, ["column 'tool_wait_s', row 1", "negative"]),
+    ({"tool_wait_s": pa.array([0.0, float("nan"), 2.0, 0.0])}, ["column 'tool_wait_s', row 1", "NaN"]),
+    ({"tool_tokens": pa.array([0, 1, -5, 0], pa.int32())}, ["column 'tool_tokens', row 2", "negative"]),
+    ({"tool_tokens": pa.array([0, None, 5, 0], pa.int32())}, ["column 'tool_tokens', row 1", "null"]),
+    ({"turns": None}, ["column 'tool_wait_s'", "without a 'turns' column"]),
+])
+def test_bad_multi_turn_columns(tmp_path, cols, words):
+    msg = _refused(tmp_path, _table(**_turns(**cols)))
+    for w in words:
+        assert w in msg, msg
+
+
+def test_bad_multi_turn_column_at_the_cli(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    p = tmp_path / "bad.parquet"
+    pq.write_table(_table(**_turns(turns=pa.array([1, 0, 1, 1], pa.int32()))), p)
+    out = subprocess.run([sys.executable, "-m", "dora.trace", "stats", str(p)], capture_output=True, text=True,
+                         cwd=REPO)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "column 'turns', row 1" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "dora.sim", "--trace", str(p), "--policy", "sync", "--quiet"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "column 'turns', row 1" in out.stderr
