@@ -1,0 +1,160 @@
+"""benchmarks/robustness_grid.py: the grid as data (size, axes, fits), a tiny slice end to end
+(tables, heatmap, ratios by hand), the run cache resuming, the ablation table, bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO
+
+SCRIPT = REPO / "benchmarks" / "robustness_grid.py"
+SLICE = ["--only", "moe_longtail/inst=8,load=light", "--only", "short_uniform/inst=8,load=light",
+         "--only", "bimodal/inst=8,load=light", "--steps", "4", "--jobs", "2", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def rg():
+    spec = importlib.util.spec_from_file_location("robustness_grid", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["robustness_grid"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop("robustness_grid", None)
+
+
+def run(*argv, tmp_path):
+    out = ["--cache", str(tmp_path / "cache"), "--trace-cache", str(tmp_path / "traces")]
+    return subprocess.run([sys.executable, str(SCRIPT), *argv, *out], capture_output=True, text=True, cwd=tmp_path)
+
+
+def test_grid_is_large_unique_deterministic_and_covers_every_axis(rg):
+    g = rg.grid()
+    names = [c.name for c in g]
+    assert len(set(names)) == len(names) >= 150
+    assert [c.name for c in rg.grid()] == names  # deterministic (random combinations use a fixed seed)
+    runnable = [c for c in g if rg.available(c.family)]
+    assert len(runnable) >= 150  # even before the generator gains bimodal / agentic_tools
+    assert len({(c.family, *c.axes().values()) for c in g}) == len(g)  # no two configurations alike
+    assert {c.family for c in g} == {"moe_longtail", "dense_math", "code_agentic", "heavy_tail", "light_tail",
+                                     "bimodal", "agentic_tools", "drift_up", "short_uniform"}
+    assert {c.instances for c in g} == {8, 16, 32, 64, 128, 256, 512, 1024}
+    assert {c.max_seqs for c in g} == {32, 64, 128, 256, 512}
+    assert {c.eta for c in g} == {1, 2, 4, 8}
+    assert {c.load for c in g} == {"light", "heavy"}
+    assert {c.kind for c in g} == {"base", "one", "pair", "xl", "random"}
+    assert sum(c.instances == 1024 for c in g) <= 6
+    moe = {c.hardware for c in g if rg.MODELS[c.model].experts}
+    dense = {c.hardware for c in g if not rg.MODELS[c.model].experts}
+    assert len(moe) >= 2 and len(dense) >= 2
+    for c in g:
+        assert c.steps == (10 if c.instances >= 512 else 20)
+        assert c.batch_size == (c.instances // 2 if c.load == "light" else 2 * c.instances)
+        if rg.TRACES[c.family].path:  # B x (steps + eta + 2) groups of the 32,768 in a shipped trace
+            assert c.batch_size * (c.steps + c.eta + 2) <= 32768, c.name
+    for fam in rg.TRACES:  # one-at-a-time: every family varies every axis from the base point
+        one = [c for c in g if c.family == fam and c.kind == "one"]
+        for axis, values in rg.ONE_AT_A_TIME.items():
+            assert {getattr(c, axis) for c in one} >= set(values)
+            for c in one:
+                if getattr(c, axis) in values:
+                    assert [a for a in rg.AXES if getattr(c, a) != rg.BASE[a]] == [axis]
+    quick = [c for c in g if rg.is_quick(c) and rg.available(c.family)]
+    assert 25 <= len(quick) <= 40
+    assert set(rg.BASELINES) < set(rg.VARIANTS) and {"partial", "dora", "laminar_norepack"} <= set(rg.VARIANTS)
+    assert rg.VARIANTS["laminar_norepack"] == ("laminar", ("policy.laminar.repack=false",))
+
+
+def test_every_configuration_resolves_to_a_valid_sim_config(rg):
+    for c in rg.grid():
+        cfg = rg.sim_config(rg.sim_argv(c, "t.parquet", c.steps) + ["--policy", "dora"])
+        assert (cfg.cluster.instances, cfg.cluster.max_seqs, cfg.policy.eta, cfg.policy.batch_size, cfg.steps) == (
+            c.instances, c.max_seqs, c.eta, c.batch_size, c.steps)
+        assert cfg.cluster.trainer_devices == c.instances * cfg.cluster.devices_per_instance  # = rollout devices
+        assert cfg.cost.moe_imbalance_cv == (0.15 if rg.MODELS[c.model].experts else 0.0)
+
+
+def test_tiny_slice_end_to_end_and_resume(tmp_path):
+    csv, png = tmp_path / "out" / "grid.csv", tmp_path / "out" / "grid.png"
+    p = run(*SLICE, "--csv", str(csv), "--png", str(png), tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "no preset 'bimodal'" in p.stderr and "2 configurations x 6 variants: 12 runs, 12 run now" in p.stdout
+    tab = pd.read_csv(csv)
+    assert len(tab) == 12 and set(tab["variant"]) == {"sync", "one_step", "laminar", "laminar_norepack", "partial",
+                                                        "dora"}
+    for col in ("config", "family", "hardware", "model", "instances", "max_seqs", "eta", "load", "batch_size",
+                "target_steps", "trainer_devices", "e2e_samples_per_s", "bound_samples_per_s", "c1_violations",
+                "c2_lost", "c2_duplicated", "c3_violations", "migrations", "waste_ratio", "staleness_mean"):
+        assert col in tab.columns, col
+    assert (tab["steps"] == 4).all() and (tab["batch_size"] == 4).all() and (tab["instances"] == 8).all()
+    assert tab.loc[tab["family"] == "short_uniform", "trace_source"].iloc[0] in ("preset", "fallback:dense_math")
+    summ = pd.read_csv(tmp_path / "out" / "grid_summary.csv")
+    assert list(summ["config"]) == ["moe_longtail/inst=8,load=light", "short_uniform/inst=8,load=light"]
+    for _, s in summ.iterrows():
+        e = tab[tab["config"] == s["config"]].set_index("variant")["e2e_samples_per_s"]
+        best = max(("sync", "one_step", "laminar", "laminar_norepack"), key=lambda v: e[v])
+        assert s["best_baseline"] == best
+        assert s["dora_vs_best"] == pytest.approx(e["dora"] / e[best])
+        assert s["dora_vs_partial"] == pytest.approx(e["dora"] / e["partial"])
+        assert s["dora_c1_ok"] and s["dora_c2_ok"] and s["dora_c3_ok"]
+        assert s["command"].startswith("python -m dora.sim --trace ") and "--policy" not in s["command"]
+    assert "2 configurations: dora / best baseline min" in p.stdout
+    assert png.is_file() and png.stat().st_size > 10_000
+    assert not list((tmp_path / "out").glob("*.tmp"))
+
+    # a rerun takes every run from the cache; a lost cache entry (a crash) is the only one run again
+    p2 = run(*SLICE, "--csv", str(csv), "--png", str(png), tmp_path=tmp_path)
+    assert p2.returncode == 0 and "12 runs, 0 run now, 12 from the cache" in p2.stdout, p2.stdout + p2.stderr
+    pd.testing.assert_frame_equal(pd.read_csv(csv), tab)
+    entries = sorted((tmp_path / "cache").rglob("*.json"))
+    assert len(entries) == 12
+    entries[0].unlink()
+    p3 = run(*SLICE, "--csv", str(csv), "--png", str(png), tmp_path=tmp_path)
+    assert "1 run now, 11 from the cache" in p3.stdout
+    assert len(pd.read_csv(csv)) == 12
+
+
+def test_ablation_table(tmp_path, rg):
+    csv = tmp_path / "ablation.csv"
+    p = run("--ablation", "--only", "moe_longtail/inst=8,load=light", "--steps", "3", "--jobs", "1", "--quiet",
+            "--csv", str(csv), tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    tab = pd.read_csv(csv)
+    assert "dora" in set(tab["variant"]) and (tab["policy"] == "dora").all()
+    flipped = set(tab["variant"]) - {"dora"}
+    assert flipped and flipped <= set(rg.ABLATIONS)
+    assert "| mechanism flipped | configs | mean | min | max | default < 0.98 x flipped |" in p.stdout
+    e = tab.set_index("variant")["e2e_samples_per_s"]
+    for v in flipped:
+        row = next(ln for ln in p.stdout.splitlines() if ln.startswith(f"| {v} |"))
+        assert f"| {e['dora'] / e[v]:.3f} |" in row
+    assert not (tmp_path / "ablation_summary.csv").exists()
+
+
+@pytest.mark.parametrize("bad, needle", [
+    (["--only", "no_such_config"], "--only"),
+    (["--jobs", "0"], "--jobs"),
+    (["--png", "out.txt"], "--png"),
+])
+def test_bad_input_exits_2(tmp_path, bad, needle):
+    p = run(*bad, tmp_path=tmp_path)
+    assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "cache").exists()
+
+
+def test_ratios_by_hand(rg):
+    rows = []
+    for variant, e2e in (("sync", 1.0), ("one_step", 2.0), ("laminar", 3.0), ("laminar_norepack", 4.0),
+                         ("partial", 8.0), ("dora", 5.0)):
+        rows.append({"config": "f/x", "family": "f", "kind": "base", "variation": "x", "variant": variant,
+                     "e2e_samples_per_s": e2e, "c1_violations": 0, "c2_lost": 0, "c2_duplicated": 0,
+                     "c3_violations": int(variant == "dora")})
+    s = rg.summarize(pd.DataFrame(rows)).iloc[0]
+    assert s["best_baseline"] == "laminar_norepack" and s["dora_vs_best"] == 1.25 and s["dora_vs_partial"] == 0.625
+    assert s["dora_c1_ok"] and not s["dora_c3_ok"]
+    assert math.isclose(s["e2e.sync"], 1.0)
