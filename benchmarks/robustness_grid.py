@@ -5,19 +5,19 @@ bounds x load x hardware/model) under each VARIANTS column, in parallel local pr
 a per-run result cache, and writes a tidy table, a per-configuration summary and a heatmap.
 
   python benchmarks/robustness_grid.py                 # the whole grid (--list names them)
-  python benchmarks/robustness_grid.py --quick         # 31 configurations, a few minutes
+  python benchmarks/robustness_grid.py --quick         # 35 configurations, a few minutes
   python benchmarks/robustness_grid.py --only code_agentic/ --only /eta=1 --limit 5
   python benchmarks/robustness_grid.py --ablation --quick   # dora with each mechanism flipped
 
-Wall time on a 2-core machine (plain Python, --jobs 2): --quick 186 runs in 3.4 min; the whole
-grid (192 configurations that run today x 6 variants = 1,152 runs) about 39 min from an empty
-cache, a few seconds from a full one. The 1024-instance runs take ~20 s each, most others 0.1-5 s.
+Wall time on a 2-core machine (compiled build, --jobs 2): --quick (35 configurations x 3
+replicas x 7 variants = 735 runs) about 3 min; the whole grid (244 configurations, ~5,100 runs)
+a few hours from an empty cache, seconds from a full one.
 
 The grid (data, below: TRACES, HW_MODELS, BASE, ONE_AT_A_TIME, PAIRS, XL, N_RANDOM):
 - a trace family is a shipped trace file, or a dora.trace.generate preset (+ TraceParams
   overrides); families the generator does not have yet use a fallback expressed with today's
   TraceParams fields (TraceSpec.fallback), or are skipped with a note when they have none
-  (bimodal, agentic_tools: they run once the generator gains the preset). Generated traces are
+  (today every family has its preset). Generated traces are
   sized to the run (B prompts per trace step, steps + eta + 2 trace steps: a drift reaches ~ its
   full value over the run) and generated once into --trace-cache (dora/sim/sweep.py's cache: one
   file per parameter set).
@@ -26,12 +26,13 @@ The grid (data, below: TRACES, HW_MODELS, BASE, ONE_AT_A_TIME, PAIRS, XL, N_RAND
   instances on some families, and N_RANDOM random combinations (fixed seed) over all families.
 - load: B = LOADS[load] x instances prompt groups per step (light 1/2, heavy 2); trainer
   devices = rollout devices (instances x the preset's devices per instance); steps 20, 10 at
-  >= 512 instances, fewer if B x (steps + eta + 2) groups exceed a shipped trace's.
+  >= 512 instances, raised to train at least MIN_GROUPS groups (at most MAX_STEPS steps), fewer
+  if B x (steps + eta + 2) groups exceed a shipped trace's. REPLICAS runs per configuration.
 - MoE imbalance is a model property here: cost.moe_imbalance_cv = 0.15 (moe_longtail's) for
   the MoE model, 0 for dense ones, whatever the trace records.
 
 --quick: every family's base point, moe_longtail's one-at-a-time and paired variations at
-<= 64 instances, and every other family at 16 instances (31 configurations today). Its outputs
+<= 64 instances, and every other family at 16 instances (35 configurations today). Its outputs
 go to *_quick paths; --only and --limit write the default paths (rerun the whole grid, from
 the cache, to rewrite them).
 
@@ -81,6 +82,7 @@ from dora.errors import InputError, cli_errors  # noqa: E402
 from dora.sim.presets import HARDWARE, MODELS, instance_devices  # noqa: E402
 from dora.sim.sweep import run_one, trace_path, write_table  # noqa: E402
 from dora.trace import load_trace  # noqa: E402
+from dora.trace.schema import write_trace  # noqa: E402
 from dora.trace.generate import PRESETS, TraceParams, generate_to  # noqa: E402
 
 GRID_VERSION = "1"  # bump when what a cached run means changes outside the dora package
@@ -165,6 +167,8 @@ RANDOM_CHOICES: dict[str, tuple] = {
     "eta": (1, 2, 4, 8), "load": tuple(LOADS),
 }
 STEPS, STEPS_LARGE, LARGE = 20, 10, 512  # steps; fewer at >= LARGE instances
+MIN_GROUPS, MAX_STEPS = 1024, 200  # small batches: steps enough to train MIN_GROUPS groups (GridConfig.steps)
+REPLICAS = 3  # runs per configuration and variant (resolve()): one run's throughput moves by ~5% with the seed
 SHORT = {"instances": "inst", "max_seqs": "slots", "eta": "eta", "load": "load", "hw": ""}  # in variation labels
 
 # columns of the tables: name -> (policy, --set overrides)
@@ -174,6 +178,7 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "laminar": ("laminar", ()),
     "laminar_norepack": ("laminar", ("policy.laminar.repack=false",)),
     "partial": ("partial", ()),  # reported, not a must-beat: it breaks C1 by design
+    "partial_areal": ("partial", ("policy.partial.strict_staleness=false",)),  # AReaL's own rule: breaks C3 too
     "dora": ("dora", ()),
 }
 BASELINES = ("sync", "one_step", "laminar", "laminar_norepack")  # dora must beat the best of these
@@ -181,13 +186,15 @@ BASELINES = ("sync", "one_step", "laminar", "laminar_norepack")  # dora must bea
 # --ablation: dora with one mechanism flipped from its default (dora/sched/config.py DoraConfig);
 # entries naming a key the config does not have (yet) are skipped with a note
 ABLATIONS: dict[str, list[str]] = {
+    "spread_tails_off": ["policy.dora.spread_tails=false"],
+    "consolidate_off": ["policy.dora.consolidate=false"],
     "migrate_kv_off": ["policy.dora.migrate_kv=false"],
-    "supplement_off": ["policy.dora.supplement=false"],
     "predictor_none": ["policy.dora.predictor=none"],
-    "max_regenerations_0": ["policy.dora.max_regenerations=0"],
+    "balance_predicted": ["policy.dora.balance=predicted"],
+    "supplement_on": ["policy.dora.supplement=true"],
+    "max_regenerations_1": ["policy.dora.max_regenerations=1"],
     "elastic_trainer_on": ["policy.dora.elastic_trainer=true"],
     "versions_per_instance_2": ["policy.dora.versions_per_instance=2"],
-    "spread_tails_off": ["policy.dora.spread_tails=false"],
 }
 
 METRICS = ("e2e_samples_per_s", "bound_samples_per_s", "bound_fraction", "eta_bound_samples_per_s",
@@ -220,7 +227,12 @@ class GridConfig:
 
     @property
     def steps(self) -> int:
-        return STEPS_LARGE if self.instances >= LARGE else STEPS
+        """STEPS, more for small batches (at least MIN_GROUPS groups trained, at most MAX_STEPS:
+        with a few groups a step, one run's throughput is a few tails' luck), STEPS_LARGE at
+        >= LARGE instances."""
+        if self.instances >= LARGE:
+            return STEPS_LARGE
+        return max(STEPS, min(MAX_STEPS, math.ceil(MIN_GROUPS / self.batch_size)))
 
     @property
     def hardware(self) -> str:
@@ -284,12 +296,18 @@ class Resolved:
     source: str  # file, preset or fallback:<preset>
     steps: int
     argv: list[str]
+    replica: int = 0  # seed of the MoE draws; a disjoint window of a shipped trace, another generator seed
+    generate: list[str] = field(default_factory=list)  # `python -m dora.trace generate` arguments, if generated
 
     @property
     def command(self) -> str:
-        """The `python -m dora.sim` line of this configuration (add a variant's --policy and --set)."""
+        """The `python -m dora.sim` line of this configuration (add a variant's --policy and --set),
+        after the `python -m dora.trace generate` line of a generated trace."""
         shown = [display_path(a) if a == self.trace else a for a in self.argv]
-        return "python -m dora.sim " + " ".join(a if a.startswith("~/") else shlex.quote(a) for a in shown)
+        sim = "python -m dora.sim " + shlex.join(shown)
+        if not self.generate:
+            return sim
+        return f"python -m dora.trace generate {shlex.join(self.generate)} --out {display_path(self.trace)} && {sim}"
 
 
 @dataclass
@@ -344,11 +362,20 @@ def sim_argv(c: GridConfig, trace: str, steps: int) -> list[str]:
 
 
 def display_path(path: str) -> str:
-    """A path for the tables: relative to the repository, or to ~ (the trace cache), when under them."""
+    """A path for the tables: relative to the repository; else (the trace cache) the file's name."""
     p = Path(path)
-    if p.is_relative_to(REPO):
-        return str(p.relative_to(REPO))
-    return f"~/{p.relative_to(Path.home())}" if p.is_relative_to(Path.home()) else str(p)
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else p.name
+
+
+def generate_argv(params: TraceParams, source: str, family: str) -> list[str]:
+    """`python -m dora.trace generate` arguments that write `params`: its preset and what differs."""
+    preset = source.split(":", 1)[1] if source.startswith("fallback:") else TRACES[family].preset
+    base = dataclasses.asdict(PRESETS[preset])
+    out = ["--preset", preset]
+    for k, v in dataclasses.asdict(params).items():
+        if k not in ("name", "source") and base.get(k) != v:
+            out += [f"--{k.replace('_', '-')}", str(v)]
+    return out
 
 
 class Traces:
@@ -375,32 +402,64 @@ class Traces:
                 print(f"generated {path}", file=sys.stderr, flush=True)
         return str(path)
 
+    def window(self, path: str, first: int, groups: int) -> str:
+        """Groups [first, first + groups) of a shipped trace, as a file in the cache (a replica's window)."""
+        out = self.cache / f"{Path(path).stem}-groups{first}-{first + groups}.parquet"
+        if not out.is_file():
+            t = self.load(path)
+            G = t.group_size
+            rows = slice(first * G, (first + groups) * G)
+            cols = {k: getattr(t, k)[rows] for k in ("prompt_id", "sample_idx", "prompt_len", "response_len", "step",
+                                                     "finish_reason", "turns", "tool_wait_s", "tool_tokens")
+                    if getattr(t, k) is not None}
+            tmp = out.with_name(f"{out.stem}.{os.getpid()}.tmp.parquet")
+            write_trace(str(tmp), cols, {**t.metadata, "window": {"source": display_path(path), "first_group": first,
+                                                                  "groups": groups}})
+            tmp.replace(out)
+        return str(out)
+
     def digest(self, path: str) -> str:
         if path not in self.digests:
             self.digests[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
         return self.digests[path]
 
 
-def resolve(configs: list[GridConfig], traces: Traces, notes: Notes, steps_override: int | None) -> list[Resolved]:
-    """Trace file and arguments of each configuration; the ones that cannot run today go to `notes`."""
+def resolve(configs: list[GridConfig], traces: Traces, notes: Notes, steps_override: int | None,
+            replicas: int = 1) -> list[Resolved]:
+    """Trace file and arguments of each configuration's replicas; the ones that cannot run today go
+    to `notes`. Replica r seeds the MoE draws with r and replays another stretch of lengths: the
+    r-th disjoint window of B x (steps + eta + 2) groups of a shipped trace (fewer replicas where
+    the trace has no room), or the generator's seed + r."""
     out = []
     for c in configs:
         spec = TRACES[c.family]
         steps = steps_override or c.steps
-        if spec.path:
-            path, source = str(REPO / spec.path), "file"
-            fit = traces.load(path).num_groups // c.batch_size - c.eta - 2  # B x (steps + eta + 2) groups
-            if fit < 2:
-                notes.add(f"{spec.path} has too few groups for B = {c.batch_size} at eta {c.eta}", c.name)
-                continue
-            steps = min(steps, fit)
-        else:
-            params, source = generated_params(c.family, c, steps)
-            if params is None:
-                notes.add(f"dora.trace.generate has no preset '{spec.preset}' yet", c.name)
-                continue
-            path = traces.generated(params)
-        out.append(Resolved(c, path, source, steps, sim_argv(c, path, steps)))
+        for r in range(replicas):
+            if spec.path:
+                path, source = str(REPO / spec.path), "file"
+                have = traces.load(path).num_groups
+                fit = have // c.batch_size - c.eta - 2  # B x (steps + eta + 2) groups
+                if fit < 2:
+                    notes.add(f"{spec.path} has too few groups for B = {c.batch_size} at eta {c.eta}", c.name)
+                    break
+                run_steps = min(steps, fit)
+                need = c.batch_size * (run_steps + c.eta + 2)
+                if r > 0:
+                    if (r + 1) * need > have:
+                        break  # no room for another disjoint window
+                    path = traces.window(path, r * need, need)
+            else:
+                run_steps = steps
+                params, source = generated_params(c.family, c, steps)
+                if params is None:
+                    notes.add(f"dora.trace.generate has no preset '{spec.preset}' yet", c.name)
+                    break
+                if r > 0:
+                    params = dataclasses.replace(params, seed=params.seed + r)
+                path = traces.generated(params)
+            argv = sim_argv(c, path, run_steps) + (["--seed", str(r)] if r else [])
+            gen = generate_argv(params, source, c.family) if not spec.path and params is not None else []
+            out.append(Resolved(c, path, source, run_steps, argv, r, gen))
     return out
 
 
@@ -564,7 +623,7 @@ def tidy(jobs: list[Job], results: dict[str, dict]) -> pd.DataFrame:
         if rec is None:
             continue
         m = rec["metrics"]
-        rows.append({**config_columns(j.res), "variant": j.variant, "policy": j.policy,
+        rows.append({**config_columns(j.res), "replica": j.res.replica, "variant": j.variant, "policy": j.policy,
                      **{k: m.get(k, math.nan) for k in METRICS if k in m or k not in OPTIONAL_METRICS}})
     return pd.DataFrame(rows)
 
@@ -574,9 +633,10 @@ def summarize(tab: pd.DataFrame, commands: dict[str, str] | None = None) -> pd.D
     and (`commands`: config -> text) the `python -m dora.sim` arguments that reproduce it."""
     if tab.empty:
         return pd.DataFrame()
-    e2e = tab.pivot(index="config", columns="variant", values="e2e_samples_per_s")
+    e2e = tab.pivot_table(index="config", columns="variant", values="e2e_samples_per_s", aggfunc="mean")
     first = tab.drop_duplicates("config").set_index("config")
-    out = first[list(tab.columns[1:tab.columns.get_loc("variant")])].copy()  # config_columns, but "config"
+    out = first[list(tab.columns[1:tab.columns.get_loc("replica")])].copy()  # config_columns, but "config"
+    out["replicas"] = tab.groupby("config")["replica"].nunique()
     base = e2e[[b for b in BASELINES if b in e2e.columns]]
     nan = pd.Series(math.nan, index=e2e.index)
     some = base.notna().any(axis=1)  # a configuration whose baselines all failed has no best one
@@ -586,7 +646,15 @@ def summarize(tab: pd.DataFrame, commands: dict[str, str] | None = None) -> pd.D
     out["partial_samples_per_s"] = e2e["partial"] if "partial" in e2e else nan
     out["dora_vs_best"] = out["dora_samples_per_s"] / out["best_baseline_samples_per_s"]
     out["dora_vs_partial"] = out["dora_samples_per_s"] / out["partial_samples_per_s"]
-    dora = tab[tab["variant"] == "dora"].set_index("config").reindex(out.index)
+    if "partial_areal" in e2e:
+        out["dora_vs_partial_areal"] = out["dora_samples_per_s"] / e2e["partial_areal"]
+        out["partial_areal_c3_violations"] = tab[tab["variant"] == "partial_areal"].groupby("config")[
+            "c3_violations"].sum().reindex(out.index)
+    if "eta_bound_fraction" in tab:
+        out["dora_eta_bound_fraction"] = tab[tab["variant"] == "dora"].groupby("config")[
+            "eta_bound_fraction"].mean().reindex(out.index)
+    dora = tab[tab["variant"] == "dora"].groupby("config")[
+        ["c1_violations", "c2_lost", "c2_duplicated", "c3_violations"]].sum().reindex(out.index)
     out["dora_c1_ok"] = dora["c1_violations"] == 0
     out["dora_c2_ok"] = (dora["c2_lost"] == 0) & (dora["c2_duplicated"] == 0)
     out["dora_c3_ok"] = dora["c3_violations"] == 0
@@ -614,6 +682,14 @@ def summary_text(summ: pd.DataFrame) -> str:
     if not p.empty:
         lines.append(f"dora / partial: min {p.min():.3f} ({summ.loc[p.idxmin(), 'config']}), median {p.median():.3f}, "
                      f"below 1 on {(p < 1).sum()}/{len(p)}")
+    if "dora_vs_partial_areal" in summ:
+        a = summ["dora_vs_partial_areal"].dropna()
+        c3 = summ["partial_areal_c3_violations"]
+        lines.append(f"dora / partial_areal (AReaL's own rule, no C3 wait): median {a.median():.3f}, below 1 on "
+                     f"{(a < 1).sum()}/{len(a)}; it broke C3 on {(c3 > 0).sum()}/{len(c3)} configurations")
+    if "dora_eta_bound_fraction" in summ:
+        f = summ["dora_eta_bound_fraction"].dropna()
+        lines.append(f"dora / eta-aware bound: median {f.median():.3f}, min {f.min():.3f}, max {f.max():.3f}")
     held = summ[["dora_c1_ok", "dora_c2_ok", "dora_c3_ok"]].all(axis=1)
     lines.append(f"dora held C1-C3 on {held.sum()}/{len(held)} configurations"
                  + ("" if held.all() else ": not on " + ", ".join(summ.loc[~held, "config"])))
@@ -624,7 +700,7 @@ def summary_text(summ: pd.DataFrame) -> str:
 
 def ablation_table(tab: pd.DataFrame) -> str:
     """Markdown: per mechanism, dora(default) / dora(flipped) over the configurations."""
-    e2e = tab.pivot(index="config", columns="variant", values="e2e_samples_per_s")
+    e2e = tab.pivot_table(index="config", columns="variant", values="e2e_samples_per_s", aggfunc="mean")
     head = ["mechanism flipped", "configs", "mean", "min", "max", "default < 0.98 x flipped"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for v in tab["variant"].drop_duplicates():  # ABLATIONS order
@@ -748,6 +824,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: CPU count)")
     ap.add_argument("--fresh", action="store_true", help="ignore cached results (new results still go to the cache)")
     ap.add_argument("--steps", type=int, help="override every configuration's steps (development and tests)")
+    ap.add_argument("--replicas", type=int, default=REPLICAS,
+                    help=f"runs per configuration and variant, averaged (default {REPLICAS}; see resolve())")
     ap.add_argument("--csv", help="tidy table (default docs/results/robustness_grid.csv; --ablation: "
                                   "docs/results/ablation.csv; --quick: *_quick.csv)")
     ap.add_argument("--summary", help="per-configuration summary (default: the --csv path with _summary)")
@@ -756,6 +834,8 @@ def parser() -> argparse.ArgumentParser:
                     help="per-run result cache (default ~/.cache/dora/robustness_grid)")
     ap.add_argument("--trace-cache", default=str(Path.home() / ".cache" / "dora" / "traces"),
                     help="generated traces (default ~/.cache/dora/traces, as python -m dora.sim sweep)")
+    ap.add_argument("--dora-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra --set override for every dora run (trying a knob over the grid)")
     ap.add_argument("--list", action="store_true", help="print the selected configurations and exit")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     return ap
@@ -789,6 +869,8 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--jobs {args.jobs}: must be >= 1 process")
         if args.limit is not None and args.limit < 1:
             raise InputError(f"--limit {args.limit}: must be >= 1")
+        if args.replicas < 1:
+            raise InputError(f"--replicas {args.replicas}: must be >= 1")
         if args.steps is not None and args.steps < 2:
             raise InputError(f"--steps {args.steps}: must be >= 2")
         for flag, p, types in (("--csv", args.csv, (".csv",)), ("--summary", args.summary, (".csv",)),
@@ -804,10 +886,12 @@ def main(argv: list[str] | None = None) -> int:
         notes = Notes()
         variants = (dict([("dora", VARIANTS["dora"])], **{k: ("dora", tuple(v)) for k, v in ABLATIONS.items()})
                     if args.ablation else VARIANTS)
+        if args.dora_set:
+            variants = {k: (p, (*sets, *args.dora_set)) if p == "dora" else (p, sets) for k, (p, sets) in variants.items()}
         variants = check_variants(variants)
         t0 = time.perf_counter()
         traces = Traces(Path(args.trace_cache), args.quiet)
-        resolved = resolve(configs, traces, notes, args.steps)
+        resolved = resolve(configs, traces, notes, args.steps, args.replicas)
         jobs = make_jobs(resolved, variants, traces, notes)
         traces.loaded.clear()
         for line in notes.lines():
@@ -826,7 +910,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.ablation:
             print(ablation_table(tab))
         else:
-            summ = summarize(tab, {j.res.config.name: j.res.command for j in jobs})
+            summ = summarize(tab, {j.res.config.name: j.res.command for j in jobs if j.res.replica == 0})
             print(f"wrote {write_table(summ, summary_path)} ({len(summ)} configurations)", file=sys.stderr)
             print(summary_text(summ))
             what = "--quick subset" if args.quick else f"{n_cfg} configurations"

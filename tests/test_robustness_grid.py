@@ -158,3 +158,20 @@ def test_ratios_by_hand(rg):
     assert s["best_baseline"] == "laminar_norepack" and s["dora_vs_best"] == 1.25 and s["dora_vs_partial"] == 0.625
     assert s["dora_c1_ok"] and not s["dora_c3_ok"]
     assert math.isclose(s["e2e.sync"], 1.0)
+
+
+def test_generated_trace_command_regenerates_the_same_trace(rg, tmp_path):
+    """A generated family's command names the generator's preset and overrides, no cache path,
+    and running that generate line writes the very lengths the grid ran."""
+    from dora.trace import load_trace
+
+    c = next(c for c in rg.grid() if c.name == "light_tail/inst=16")
+    traces = rg.Traces(tmp_path / "traces", quiet=True)
+    res = rg.resolve([c], traces, rg.Notes(), 4)[0]
+    gen, sim = res.command.split(" && ")
+    assert gen.startswith("python -m dora.trace generate --preset light_tail ") and "~" not in res.command
+    out = tmp_path / "again.parquet"
+    argv = gen.split()[3:]
+    argv[argv.index("--out") + 1] = str(out)
+    subprocess.run([sys.executable, "-m", "dora.trace", *argv], check=True, capture_output=True, cwd=REPO)
+    assert (load_trace(str(out)).response_len == load_trace(res.trace).response_len).all()

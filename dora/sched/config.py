@@ -18,6 +18,7 @@ class PartialConfig:
     """AReaL: admission control + interrupt-on-new-version."""
 
     max_concurrent_groups: int = 0  # AReaL max_concurrent_rollouts, in groups; 0 = decode slots / G
+    strict_staleness: bool = True  # wait rather than train a group beyond η (False: AReaL's own rule, breaks C3)
 
     def validate(self) -> None:
         if self.max_concurrent_groups < 0:
@@ -54,11 +55,12 @@ class DoraConfig:
     consolidate: bool = True  # when slots are short, pack old-version instances onto peers (no tail at risk)
     repartition_load: float = 0.5  # consolidate an old-version instance with at most this share of its slots busy
     migrate_kv: bool = True  # ship KV with migrated trajectories (no re-prefill)
-    supplement: bool = True  # staleness-aware over-provisioning on the newest version
+    supplement: bool = False  # staleness-aware over-provisioning on the newest version
     supplement_max_share: float = 0.25  # at most this share of B extra groups in flight
-    predictor: Literal["history", "none"] = "history"  # completion-time prediction for dispatch
+    predictor: Literal["history", "none"] = "history"  # remaining lengths: the run's own history, or as long again as run so far
+    balance: Literal["slots", "predicted"] = "slots"  # dispatch: most free slots, or least predicted work per slot
     versions_per_instance: int = 1
-    max_regenerations: int = 1  # stale aborts per group; after that the trainer waits for it
+    max_regenerations: int = 0  # stale aborts per group; after that the trainer waits for it
     elastic_trainer: bool = False  # trainer devices generate while the trainer waits for data
 
     def validate(self) -> None:

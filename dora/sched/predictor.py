@@ -78,6 +78,18 @@ class LengthPredictor:
             return generated * 1.5 + 1.0
         return float(self._suffix[i]) / (n - i)
 
+    def conditional_quantile(self, generated: float, q: float) -> float:
+        """The q-quantile of L given L > generated over the running distribution (a cautious
+        length for a decision that must hold in most cases; heavy tails give long ones)."""
+        s = self._sorted
+        n = len(s)
+        if not n:
+            return max(self.prior_len, generated * 2.0)
+        i = int(s.searchsorted(generated, side="right"))
+        if i >= n:
+            return generated * 1.5 + 1.0
+        return float(s[min(i + int(q * (n - i)), n - 1)])
+
     def mates_median(self, prompt_id: int) -> float | None:
         """Median length of the finished group-mates (the upper one of an even count), or None."""
         m = self.mates.get(prompt_id)

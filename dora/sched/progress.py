@@ -128,19 +128,9 @@ class Progress:
             return 0.0
         return self.g0[traj] + self.clock[iid] + self._steps(iid, now) - self.k0[traj]
 
-    def load(self, iid: int) -> int:
-        return self.n[iid]
-
     def context(self, iid: int, now: float) -> float:
         """Context tokens held by the instance's running trajectories at `now`."""
         return self.ctx[iid] + self.n[iid] * self._steps(iid, now)
-
-    def step_s(self, iid: int, now: float, dn: int = 0, dctx: float = 0.0) -> float:
-        """Seconds per decode step on `iid` at `now`, with dn more trajectories holding dctx more context."""
-        n = self.n[iid] + dn
-        if n <= 0:
-            return 0.0
-        return self.f[iid] * self.cost.step_s(n, self.context(iid, now) + dctx)
 
     def time_left(self, traj: int, remaining: float, now: float, iid: int = -1, dn: int = 0,
                   dctx: float = 0.0) -> float:

@@ -9,7 +9,8 @@ are simulated on). Candidates: the base config itself, then `--budget` random po
 
   eta                       0 .. --eta-max (default: the base eta)
   dora.repartition_load     0.25, 0.5, 0.75, 1.0
-  dora.pack_occupancy       0.03, 0.1, 0.25, 0.5
+  dora.spread_tails         true, false
+  dora.consolidate          true, false
   dora.supplement           true, false
   dora.supplement_max_share 0.125, 0.25, 0.5, 1.0
   dora.versions_per_instance 1 .. --max-versions-per-instance (default 1: the executor's engines
@@ -39,7 +40,8 @@ from dora.trace import load_trace
 
 GRID = {
     "repartition_load": (0.25, 0.5, 0.75, 1.0),
-    "pack_occupancy": (0.03, 0.1, 0.25, 0.5),
+    "spread_tails": (True, False),
+    "consolidate": (True, False),
     "supplement": (True, False),
     "supplement_max_share": (0.125, 0.25, 0.5, 1.0),
 }

@@ -34,7 +34,7 @@ def _config(model, out, runtime: str, faults: dict, backend: str = "hf", policie
         "task": {"num_prompts": 64, "max_new_tokens": 96},
         "trainer": {"threads": 1},
         "policy": {"eta": 2, "batch_size": B, "group_size": G, "sync": {"colocated": False},
-                   "dora": {"pack_occupancy": 0.5}},
+                   "dora": {"repartition_load": 0.75}},
         "faults": faults, **extra,
     })
 

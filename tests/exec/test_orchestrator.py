@@ -25,7 +25,7 @@ def _config(model, backend: str, out, runtime: str = "ray") -> ExecConfig:
         "task": {"num_prompts": 64, "max_new_tokens": 96},
         "trainer": {"threads": 1},
         "policy": {"eta": 2, "batch_size": 2, "group_size": 4, "sync": {"colocated": False},
-                   "dora": {"pack_occupancy": 0.5}},
+                   "dora": {"repartition_load": 0.75}},
     })
 
 

@@ -278,6 +278,6 @@ def test_repro_dora_samples_before_dispatching_regenerated_groups():
                         "trainer_devices": 3},
             "policy": {"eta": 1, "batch_size": 4, "group_size": 2,
                        "dora": {"versions_per_instance": 3, "migrate_kv": True, "supplement": True,
-                                "pack_occupancy": 1.0, "repartition_load": 1.0, "predictor": "none",
+                                "spread_tails": True, "consolidate": True, "balance": "predicted", "repartition_load": 1.0, "predictor": "none",
                                 "max_regenerations": 1, "elastic_trainer": False}}}
     check_run(S.Case(trace, data), "dora")

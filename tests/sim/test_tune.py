@@ -14,7 +14,7 @@ SMALL = ["--instances", "8", "--max-seqs", "16", "--trainer-devices", "4", "--de
 def test_candidates_start_with_the_base_and_stay_in_bounds(small_trace):
     base = small_config(small_trace)
     cands = candidates(base, 20, eta_max=3, vpi_max=2, seed=1)
-    assert cands[0]["eta"] == base.policy.eta and cands[0]["pack_occupancy"] == base.policy.dora.pack_occupancy
+    assert cands[0]["eta"] == base.policy.eta and cands[0]["consolidate"] == base.policy.dora.consolidate
     assert len(cands) == 21 and len({tuple(sorted(c.items())) for c in cands}) == 21
     assert all(0 <= c["eta"] <= 3 and 1 <= c["versions_per_instance"] <= 2 for c in cands)
     assert candidates(base, 20, 3, 2, seed=1) == cands  # seeded
@@ -39,7 +39,7 @@ def test_cli_writes_a_policy_config_the_executor_loads(small_trace, tmp_path, ca
     best = rows[rows["admissible"]].sort_values("e2e_samples_per_s", ascending=False).iloc[0]
     data = yaml.safe_load(out.read_text())
     assert data["policy"]["eta"] == best["eta"] <= 3
-    assert data["policy"]["dora"]["pack_occupancy"] == best["pack_occupancy"]
+    assert data["policy"]["dora"]["spread_tails"] == best["spread_tails"]
     assert rows["e2e_samples_per_s"].max() >= rows[rows["base"]]["e2e_samples_per_s"].iloc[0]
     from dora.exec.__main__ import parser as exec_parser
     from dora.exec.__main__ import resolve_config

@@ -45,6 +45,7 @@ from __future__ import annotations
 from mypy_extensions import mypyc_attr
 
 from dora.sched.config import PolicyConfig
+from dora.sched.pace import TrainerPace
 from dora.sched.predictor import LengthPredictor
 from dora.sched.progress import Progress
 from dora.sched.state import G_RUNNING, MIGRATING, QUEUED_OR_RUNNING, GroupView, InstView
@@ -52,6 +53,7 @@ from dora.sched.streaming import StreamingPolicy
 
 _SOURCES_LOOKED_AT = 4  # per hosting decision: the most crowded instances whose tails are weighed
 _DESTINATIONS_LOOKED_AT = 8  # per consolidation: peers weighed as destinations
+_RETRY_S = 1.0  # a consolidation pass that moved nothing is not repeated for this long (simulated s)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # users subclass policies
@@ -65,20 +67,12 @@ class DoraPolicy(StreamingPolicy):
         self.dc = dc
         self.vpi = dc.versions_per_instance
         self.pred = LengthPredictor() if dc.predictor == "history" else None
+        self.balance = dc.balance == "predicted"
         self.prog = Progress(self.view.cost)  # replaced in on_start by one with the body's costs
         self.extra = 0  # supplementation headroom for the current step
-        self._last_step_s = 0.0
-        self._last_pub = 0.0
-        self._train_s = 0.0  # trainer step (Train to publication), averaged over steps
-        self._train_t0 = 0.0
+        self.pace = TrainerPace(self.eta, self.B)
         self._incoming: dict[int, int] = {}  # instances loading the newest version -> their slots
-        self._critical: dict[int, tuple[float, float]] = {}  # version -> (when, critical finish)
-        # trainer idle time, recent steps weighted more: starved (fewer than B complete groups)
-        # or blocked (B or more, but a late group holds the step: the staleness bound)
-        self._starved_s = 0.0
-        self._blocked_s = 0.0
-        self._idle_t = 0.0
-        self._pace_s = 0.0  # publication interval, averaged over steps
+        self._retry: dict[int, float] = {}  # version -> no consolidation pass before this time
 
     # ---- serving and placement --------------------------------------------------------------------
     def on_start(self) -> None:
@@ -105,20 +99,20 @@ class DoraPolicy(StreamingPolicy):
         return float(n) if n > left else left  # max(left, float(n))
 
     def predict_group(self, g: GroupView) -> float:
-        return self.pred.predict_total(g.prompt_id, 0.0) if self.pred is not None else 0.0
+        return self.pred.predict_total(g.prompt_id, 0.0) if self.balance and self.pred is not None else 0.0
 
     def pool_key(self, inst: InstView) -> float:
-        """Predicted work per slot (as of the instance's last change; re-derived for every
-        instance at each publication and trainer step)."""
-        if self.pred is None:
+        """balance = predicted: predicted work per slot (as of the instance's last change; re-derived
+        for every instance at each publication and trainer step); else most free slots first."""
+        if not self.balance or self.pred is None:
             return super().pool_key(inst)
         return self.work_left(inst) / inst.max_seqs
 
     def pick_cost(self, g: GroupView) -> float:
-        return 1.0 if self.pred is None else self.pred.predict_total(g.prompt_id, 0.0)
+        return 1.0 if not self.balance or self.pred is None else self.pred.predict_total(g.prompt_id, 0.0)
 
     def pick_step(self, inst: InstView, cost: float) -> float:
-        return cost if self.pred is None else cost / inst.max_seqs
+        return cost if not self.balance or self.pred is None else cost / inst.max_seqs
 
     def admission_cap(self) -> int:
         return StreamingPolicy.admission_cap(self) + self.extra
@@ -158,65 +152,27 @@ class DoraPolicy(StreamingPolicy):
 
     # ---- estimates ------------------------------------------------------------------------------
     def deadline(self, version: int, paced: bool = False) -> float:
-        """Predicted start of step version + η, the last that may train a group of `version`,
-        were no group of `version` late. The k steps before it take at least the observed
-        trainer step each (back to back, as when late groups hold the trainer), and as much of
-        the observed publication interval as the trainer's recent idle time was starved of
-        data (when data, not late groups, paces the trainer)."""
+        """Predicted start of step version + η, the last that may train a group of `version`
+        (`TrainerPace.deadline`)."""
         v = self.view
-        busy = v.trainer_busy
-        k = version + self.eta - (v.trainer_version + (1 if busy else 0))
-        if k < 0:
-            return self.now
-        start = max(self._train_t0 + self._train_s, self.now) if busy else self.now
-        step = self._train_s
-        if paced:  # weight the observed pace by how clearly data, not late groups, paced the trainer
-            w = max(0.0, (self.starved_share() - 0.8) / 0.2)
-            step = max(step, w * self._pace_s)
-        return start + k * step
+        return self.pace.deadline(version, self.now, v.trainer_version, v.trainer_busy, paced)
 
-    def critical(self, version: int) -> float:
-        """Predicted finish of the last in-flight trajectory of an old `version` where it runs now:
-        when its last group completes (recomputed at most once per simulated second)."""
-        hit = self._critical.get(version)
-        if hit is not None and self.now - hit[0] < 1.0:
-            return hit[1]
-        now, prog = self.now, self.prog
-        fin = now
-        for inst in self.old.members(version):
-            for tid in inst.active:
-                f = now + prog.time_left(tid, self.remaining(tid), now)
-                if f > fin:
-                    fin = f
-        self._critical[version] = (now, fin)
-        return fin
-
-    def remaining(self, traj: int) -> float:
-        """Predicted tokens a running trajectory has still to make."""
+    def remaining(self, traj: int, cautious: bool = False) -> float:
+        """Predicted tokens a running trajectory has still to make: the mean of the lengths seen
+        beyond what it has made, or (`cautious`) their 90th percentile; without a history, as
+        long again as it has run (a heavy tail's median residual), or (cautious) three times."""
         g = self.prog.generated(traj, self.now)
         if self.pred is not None:
-            return max(self.pred.conditional_mean(g) - g, 1.0)
-        return g + 1.0  # no history: as long again as it has run (a heavy tail's median residual)
+            total = self.pred.conditional_quantile(g, 0.9) if cautious else self.pred.conditional_mean(g)
+            return max(total - g, 1.0)
+        return (3.0 * g if cautious else g) + 1.0
 
     def _tick(self, completed: int = 0) -> None:
-        """Count the trainer's idle time since the last tick as starved or blocked (`completed`:
-        groups that joined the buffer at this instant, not in it during the interval)."""
-        if not self.view.trainer_busy:
-            dt = self.now - self._idle_t
-            if len(self.view.buffer) - completed >= self.B:
-                self._blocked_s += dt
-            else:
-                self._starved_s += dt
-        self._idle_t = self.now
+        v = self.view
+        self.pace.tick(self.now, v.trainer_busy, len(v.buffer) - completed, v.trainer_version)
 
-    def starved_share(self) -> float:
-        """Share of the trainer's recent idle time spent short of data; 0 (no evidence that data
-        paces the trainer) until η + 1 steps have trained: before that the pipeline is filling
-        and every policy starves."""
-        tot = self._starved_s + self._blocked_s
-        if tot <= 0.0 or self.view.trainer_version <= self.eta + 1:
-            return 0.0
-        return self._starved_s / tot
+    def data_bound(self) -> bool:
+        return self.pace.data_bound(self.view.trainer_version)
 
     def capacity_needed(self, ahead: int = 0) -> bool:
         """Groups the staleness cap admits now (and after `ahead` more trainer steps) would find
@@ -249,7 +205,7 @@ class DoraPolicy(StreamingPolicy):
             for inst in sorted(drained.values(), key=lambda i: i.id):
                 if not self._host_tail(ver, inst):
                     self.load(inst, latest)  # drained: switch now
-        if self.dc.consolidate and self.capacity_needed():
+        if self.dc.consolidate and self.data_bound() and self.capacity_needed():
             self._consolidate(ver, latest)
 
     def _host_tail(self, ver: int, host: InstView) -> bool:
@@ -289,51 +245,73 @@ class DoraPolicy(StreamingPolicy):
         fewest first, move whole onto the busiest peer of their version on which every moved and
         resident trajectory is predicted to finish before the version's own last one or the
         earliest time the trainer could need it, whichever is later; then load the newest."""
+        if self.now < self._retry.get(ver, 0.0):
+            return  # the last pass over this version found nothing to move: not again so soon
         old, share = self.old, self.dc.repartition_load
         dl = self.deadline(ver, paced=True)
+        looked = 0
         for load in old.loads(ver):
             if load == 0:
                 continue
-            if load > share * self._cap_max:
-                return
+            if load > share * self._cap_max or looked >= _SOURCES_LOOKED_AT:
+                break
             for src in sorted(old.bucket(ver, load), key=lambda i: i.id):
                 if load > share * src.max_seqs or not src.settled():
                     continue
                 if not self.capacity_needed():
                     return
+                looked += 1
                 dst = self._safe_destination(ver, src, dl)
-                if dst is None:
-                    continue
-                for tid in list(src.active):
-                    self.migrate(tid, dst, kv=self.dc.migrate_kv)
-                self.load(src, latest)
+                if dst is not None:
+                    for tid in list(src.active):
+                        self.migrate(tid, dst, kv=self.dc.migrate_kv)
+                    self.load(src, latest)
+                    return  # one per call: the next finish or publication looks again
+                if looked >= _SOURCES_LOOKED_AT:
+                    break
+        self._retry[ver] = self.now + _RETRY_S
+
+    def _drain_s(self, inst: InstView, extra: list[int] | None = None) -> float:
+        """Predicted seconds until `inst` holds nothing, were `extra` trajectories moved onto it:
+        the longest cautious remainder at the batch's predicted step time."""
+        now, prog, cost = self.now, self.prog, self.view.cost
+        trajs = list(inst.active) + (extra or [])
+        if not trajs:
+            return 0.0
+        worst = max(self.remaining(t, cautious=True) for t in trajs)
+        n = len(trajs)
+        ctx = prog.context(inst.id, now)
+        if extra:
+            ctx += sum(prog.plen[t] + prog.generated(t, now) for t in extra)
+        return prog.f[inst.id] * (worst * cost.step_s(n, ctx) + cost.per_ctx_s * n * worst * (worst - 1.0) / 2.0)
 
     def _safe_destination(self, ver: int, src: InstView, dl: float) -> InstView | None:
-        """The busiest instance of `ver` with room for all of `src`'s trajectories on which, with
-        them, every trajectory is predicted to finish by `dl` (and the KV cache holds them)."""
-        now, prog, cost = self.now, self.prog, self.view.cost
+        """A peer of `ver` to take all of `src`'s trajectories, if one pays: the source's slots,
+        free now instead of when it would drain, outweigh how much later the destination drains
+        (slot-seconds for the newest version), and nothing is predicted to finish later than
+        both `dl` and the later of the two instances' own predicted drains. Busiest first."""
+        now = self.now
         moved = list(src.active)
         m = len(moved)
-        mctx = sum(prog.plen[t] + prog.generated(t, now) for t in moved)
-        worst_moved = max(self.remaining(t) for t in moved)
+        t_src = self._drain_s(src)
+        mctx = sum(self.prog.plen[t] + self.prog.generated(t, now) for t in moved)
         looked = 0
         for load in reversed(self.old.loads(ver)):
-            if looked >= _DESTINATIONS_LOOKED_AT:
-                return None
             for p in self.old.bucket(ver, load):
                 if p is src or load + m > p.max_seqs:
                     continue
                 if looked >= _DESTINATIONS_LOOKED_AT:
                     return None
                 looked += 1
-                ctx = prog.context(p.id, now) + mctx
-                if ctx > 0.9 * p.kv_tokens:
+                if self.prog.context(p.id, now) + mctx > 0.9 * p.kv_tokens:
                     continue
-                worst = max([worst_moved] + [self.remaining(t) for t in p.active])
-                n = prog.load(p.id) + m
-                fin = now + prog.f[p.id] * (worst * cost.step_s(n, ctx) + cost.per_ctx_s * n * worst * worst / 2.0)
-                if fin <= dl:
-                    return p
+                t_dst = self._drain_s(p)
+                merged = self._drain_s(p, moved)
+                if merged - t_dst >= t_src * src.max_seqs / p.max_seqs:
+                    continue  # the destination's slots would stand idle longer than the source's are freed
+                if now + merged > dl and (not self.data_bound() or merged > max(t_src, t_dst)):
+                    continue  # late for the trainer (and, where data paces it, later than it would be anyway)
+                return p
         return None
 
     def _repartition_multi(self, old: list[InstView], latest: int) -> None:
@@ -351,15 +329,9 @@ class DoraPolicy(StreamingPolicy):
 
     # ---- events -----------------------------------------------------------------------------------
     def on_published(self, version: int) -> None:
-        self._idle_t = self.now
-        self._starved_s *= 0.5
-        self._blocked_s *= 0.5
-        step = self.now - self._train_t0
-        self._train_s = step if self._train_s == 0.0 else 0.5 * (self._train_s + step)
-        self._last_step_s = self.now - self._last_pub
-        self._pace_s = self._last_step_s if self._pace_s == 0.0 else 0.5 * (self._pace_s + self._last_step_s)
-        self._last_pub = self.now
+        self.pace.published(self.now)
         self._incoming.clear()  # loads under way are of an older version now
+        self._retry.clear()  # the deadlines moved
         self.repartition()
         self._plan_supplement()
         self.admit()
@@ -445,7 +417,7 @@ class DoraPolicy(StreamingPolicy):
     def train_batch(self, batch: list[GroupView]) -> None:
         self._tick()
         self._vacate_elastic()
-        self._train_t0 = self.now
+        self.pace.train_started(self.now)
         super().train_batch(batch)
 
     def _vacate_elastic(self) -> None:
@@ -475,9 +447,9 @@ class DoraPolicy(StreamingPolicy):
         """Extra admission headroom when the next batch is predicted to fill late."""
         self.extra = 0
         self.cap_changed()
-        if not self.dc.supplement or self.pred is None or self._last_step_s <= 0:
+        if not self.dc.supplement or self.pred is None or self.pace.last_step_s <= 0:
             return
-        horizon = self._last_step_s
+        horizon = self.pace.last_step_s
         p, now, trajs = self.pred, self.now, self.view.trajs
         rates, global_rate = p.rate, p.global_rate
         soon = 0

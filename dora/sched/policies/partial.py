@@ -15,7 +15,8 @@ Mechanism (inclusionAI/AReaL):
   AReaL's paper states that staleness stays within η; to hold that per trajectory, the
   trainer here also waits while training would leave some group unable to be trained within
   η (`Policy.staleness_excess`; the "prioritise older trajectories" rule made strict).
-  Staleness counts from a trajectory's first token.
+  Staleness counts from a trajectory's first token. `strict_staleness=false` drops that
+  wait: AReaL's own rule, which admission alone bounds only on average (C3 breaks).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class PartialPolicy(Policy):
     def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__(cfg)
         self.max_concurrent = cfg.partial.max_concurrent_groups
+        self.strict = cfg.partial.strict_staleness
         self._rr = 0
         self._loads: set[int] = set()  # instances still loading the newest version (submission paused)
         self._alive: list[InstView] = []  # alive instances by id (the round-robin order)
@@ -99,7 +101,7 @@ class PartialPolicy(Policy):
         regenerated after a failure counts from its restart (without regeneration this is
         the sampling order, as groups start when sampled)."""
         v = self.view
-        if len(v.buffer) < self.B or self.any_overdue(self._inflight.values()):
+        if len(v.buffer) < self.B or (self.strict and self.any_overdue(self._inflight.values())):
             return None
         # the B first by (version, sampling time): check the versions' counts before sorting
         counts: dict[int, int] = {}
@@ -110,7 +112,7 @@ class PartialPolicy(Policy):
             need -= k
             if need == 0:
                 break
-        if not self.staleness_ok_counts(counts):
+        if self.strict and not self.staleness_ok_counts(counts):
             return None
         batch: list[GroupView] = []
         for ver, k in counts.items():

@@ -1,0 +1,33 @@
+"""DecodeCost: hand-computed steps and times."""
+
+import pytest
+
+from dora.sched.costs import DecodeCost
+
+C = DecodeCost(base_s=1.0, expert_s=2.0, touch=0.5, per_seq_s=0.1, per_ctx_s=0.01, kv_base_s=0.5,
+               kv_per_token_s=0.001)
+
+
+def test_weights_read_grow_with_the_experts_touched():
+    assert C.weights_s(1) == pytest.approx(2.0)  # 1 + 2·(1 − 0.5)
+    assert C.weights_s(2) == pytest.approx(2.5)  # 1 + 2·(1 − 0.25)
+    assert DecodeCost(base_s=1.0, expert_s=0.0).weights_s(64) == 1.0  # dense: the base only
+
+
+def test_step_time_and_its_inverse():
+    assert C.step_s(2, 100) == pytest.approx(3.7)  # 2.5 + 0.1·2 + 0.01·100
+    # three steps of 2 sequences: context 100, 102, 104 → 3.70 + 3.72 + 3.74
+    assert C.time_for(3, 2, 100, 1.0) == pytest.approx(11.16)
+    assert C.time_for(3, 2, 100, 2.0) == pytest.approx(22.32)  # a slower instance
+    assert C.steps_in(11.16, 2, 100, 1.0) == pytest.approx(3.0)
+    assert C.steps_in(3.7, 2, 100, 1.0) == pytest.approx(1.0)
+    assert C.steps_in(5.0, 0, 0, 1.0) == 0.0 and C.time_for(0, 2, 100, 1.0) == 0.0
+
+
+def test_flat_context_cost_divides():
+    flat = DecodeCost(base_s=0.5, expert_s=0.0, per_seq_s=0.0, per_ctx_s=0.0)
+    assert flat.steps_in(3.0, 4, 1000, 1.0) == pytest.approx(6.0)
+
+
+def test_kv_move():
+    assert C.kv_move_s(1000) == pytest.approx(1.5)

@@ -1,0 +1,53 @@
+"""Progress: the per-instance step clock, hand-computed."""
+
+import math
+
+import pytest
+
+from dora.sched.costs import DecodeCost
+from dora.sched.progress import Progress
+
+# one step: 1 s plus 0.5 s per sequence, context free
+COST = DecodeCost(base_s=1.0, expert_s=0.0, per_seq_s=0.5, per_ctx_s=0.0)
+
+
+def _prog():
+    p = Progress(COST)
+    p.add_instance(0)
+    p.add_instance(1)
+    return p
+
+
+def test_clock_follows_the_batch():
+    p = _prog()
+    p.join(0, 0, 10, 0.0, 0.0)
+    assert p.generated(0, 3.0) == pytest.approx(2.0)  # alone: 1.5 s a step
+    p.join(1, 0, 10, 0.0, 3.0)
+    assert p.generated(0, 7.0) == pytest.approx(4.0)  # two: 2 s a step
+    assert p.generated(1, 7.0) == pytest.approx(2.0)
+    assert p.context(0, 7.0) == pytest.approx(26.0)  # 2 prompts of 10 + 4 + 2 made
+    p.move(1, 1, 7.0)  # carries its 2 tokens
+    assert p.generated(1, 10.0) == pytest.approx(4.0)
+    assert p.generated(0, 10.0) == pytest.approx(6.0)
+    assert p.time_left(0, 4, 10.0) == pytest.approx(6.0)  # 4 steps alone
+    assert p.time_left(0, 4, 10.0, iid=1, dn=1) == pytest.approx(8.0)  # next to trajectory 1
+
+
+def test_pause_stops_the_clock():
+    p = _prog()
+    p.join(0, 0, 10, 0.0, 0.0)
+    p.pause(0, 3.0)
+    assert p.generated(0, 9.0) == pytest.approx(2.0)
+    p.resume(0, 9.0)
+    assert p.generated(0, 10.5) == pytest.approx(3.0)
+
+
+def test_leave_returns_tokens_and_finish_learns_the_speed():
+    p = _prog()
+    p.join(0, 0, 10, 0.0, 0.0)
+    assert p.leave(0, 6.0) == pytest.approx(4.0)
+    assert p.n[0] == 0 and p.generated(0, 9.0) == 0.0
+    p.join(1, 1, 10, 0.0, 0.0)
+    p.finish(1, 100, 300.0)  # the clock counted 200 steps, it made 100: twice as slow as modelled
+    assert p.f[1] == pytest.approx(math.exp(0.3 * (100 / 256) * math.log(2.0)))  # LEARN 0.3 × 100/256
+    assert p.f[0] == 1.0
