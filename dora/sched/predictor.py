@@ -64,31 +64,30 @@ class LengthPredictor:
         suf[:-1] = np.cumsum(a[::-1])[::-1]
         self._sorted, self._suffix = a, suf
 
-    def mean_len(self) -> float:
-        return float(self._suffix[0]) / len(self._sorted) if len(self._sorted) else self.prior_len
+    def _above(self, generated: float) -> tuple[int, float]:
+        """Index of the first length seen above `generated`, or -1 and the guess used instead
+        (no history: the prior, or twice what was made; nothing seen longer: 1.5x + 1)."""
+        n = len(self._sorted)
+        if not n:
+            return -1, max(self.prior_len, generated * 2.0)
+        i = int(self._sorted.searchsorted(generated, side="right"))
+        if i >= n:
+            return -1, generated * 1.5 + 1.0
+        return i, 0.0
 
     def conditional_mean(self, generated: float) -> float:
         """E[L | L > generated] over the running distribution."""
-        s = self._sorted
-        n = len(s)
-        if not n:
-            return max(self.prior_len, generated * 2.0)
-        i = int(s.searchsorted(generated, side="right"))
-        if i >= n:
-            return generated * 1.5 + 1.0
-        return float(self._suffix[i]) / (n - i)
+        i, guess = self._above(generated)
+        return guess if i < 0 else float(self._suffix[i]) / (len(self._sorted) - i)
 
     def conditional_quantile(self, generated: float, q: float) -> float:
         """The q-quantile of L given L > generated over the running distribution (a cautious
         length for a decision that must hold in most cases; heavy tails give long ones)."""
-        s = self._sorted
-        n = len(s)
-        if not n:
-            return max(self.prior_len, generated * 2.0)
-        i = int(s.searchsorted(generated, side="right"))
-        if i >= n:
-            return generated * 1.5 + 1.0
-        return float(s[min(i + int(q * (n - i)), n - 1)])
+        i, guess = self._above(generated)
+        if i < 0:
+            return guess
+        n = len(self._sorted)
+        return float(self._sorted[min(i + int(q * (n - i)), n - 1)])
 
     def mates_median(self, prompt_id: int) -> float | None:
         """Median length of the finished group-mates (the upper one of an even count), or None."""

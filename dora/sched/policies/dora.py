@@ -283,7 +283,7 @@ class DoraPolicy(StreamingPolicy):
         ctx = prog.context(inst.id, now)
         if extra:
             ctx += sum(prog.plen[t] + prog.generated(t, now) for t in extra)
-        return prog.f[inst.id] * (worst * cost.step_s(n, ctx) + cost.per_ctx_s * n * worst * (worst - 1.0) / 2.0)
+        return cost.time_for(worst, n, ctx, prog.f[inst.id])
 
     def _safe_destination(self, ver: int, src: InstView, dl: float) -> InstView | None:
         """A peer of `ver` to take all of `src`'s trajectories, if one pays: the source's slots,
