@@ -53,10 +53,13 @@ def test_grid_is_large_unique_deterministic_and_covers_every_axis(rg):
     dense = {c.hardware for c in g if not rg.MODELS[c.model].experts}
     assert len(moe) >= 2 and len(dense) >= 2
     for c in g:
-        assert c.steps == (10 if c.instances >= 512 else 20)
         assert c.batch_size == (c.instances // 2 if c.load == "light" else 2 * c.instances)
-        if rg.TRACES[c.family].path:  # B x (steps + eta + 2) groups of the 32,768 in a shipped trace
-            assert c.batch_size * (c.steps + c.eta + 2) <= 32768, c.name
+        # 20 steps (10 at >= 512 instances), more for small batches: >= 1024 groups trained, <= 200 steps
+        want = 10 if c.instances >= 512 else max(20, min(200, math.ceil(1024 / c.batch_size)))
+        assert c.steps == want, c.name
+    by_hand = {c.name: c.steps for c in g}
+    assert by_hand["moe_longtail/inst=8"] == 64 and by_hand["moe_longtail/inst=8,load=light"] == 200
+    assert by_hand["moe_longtail/inst=512"] == 10 and by_hand["moe_longtail/inst=128"] == 20
     for fam in rg.TRACES:  # one-at-a-time: every family varies every axis from the base point
         one = [c for c in g if c.family == fam and c.kind == "one"]
         for axis, values in rg.ONE_AT_A_TIME.items():
@@ -79,14 +82,43 @@ def test_every_configuration_resolves_to_a_valid_sim_config(rg):
         assert cfg.cost.moe_imbalance_cv == (0.15 if rg.MODELS[c.model].experts else 0.0)
 
 
+def test_shipped_trace_replicas_are_disjoint_windows_that_fit(rg, tmp_path):
+    """Replica r of a shipped-trace configuration replays groups [r*need, (r+1)*need) with
+    need = B x (steps + eta + 2); steps shrink to what the trace holds; no window overlaps."""
+    from dora.trace import load_trace
+
+    traces = rg.Traces(tmp_path / "traces", quiet=True)
+    for name in ("moe_longtail/inst=8", "moe_longtail/inst=512", "dense_math/inst=256"):
+        c = next(c for c in rg.grid() if c.name == name)
+        res = rg.resolve([c], traces, rg.Notes(), None, replicas=3)
+        full = load_trace(str(rg.REPO / rg.TRACES[c.family].path))
+        for r in res:
+            need = c.batch_size * (r.steps + c.eta + 2)
+            assert r.steps <= c.steps and need * (r.replica + 1) <= full.num_groups, name
+            lens = load_trace(r.trace).response_len
+            if r.replica:
+                g = full.group_size
+                want = full.response_len[r.replica * need * g:(r.replica + 1) * need * g]
+                assert (lens == want).all(), name
+        assert [r.replica for r in res] == list(range(len(res))) and res[0].trace == str(rg.REPO / rg.TRACES[c.family].path)
+
+
+def test_a_family_without_preset_is_noted_not_run(rg, tmp_path, monkeypatch):
+    monkeypatch.setitem(rg.TRACES, "bimodal", rg.TraceSpec(preset="no_such_preset"))
+    notes = rg.Notes()
+    c = next(c for c in rg.grid() if c.family == "bimodal")
+    assert rg.resolve([c], rg.Traces(tmp_path / "traces", quiet=True), notes, 4) == []
+    assert any("no preset 'no_such_preset'" in ln for ln in notes.lines())
+
+
 def test_tiny_slice_end_to_end_and_resume(tmp_path):
     csv, png = tmp_path / "out" / "grid.csv", tmp_path / "out" / "grid.png"
-    p = run(*SLICE, "--csv", str(csv), "--png", str(png), tmp_path=tmp_path)
+    p = run(*SLICE, "--replicas", "1", "--csv", str(csv), "--png", str(png), tmp_path=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert "no preset 'bimodal'" in p.stderr and "2 configurations x 6 variants: 12 runs, 12 run now" in p.stdout
+    assert "3 configurations x 7 variants: 21 runs, 21 run now" in p.stdout
     tab = pd.read_csv(csv)
-    assert len(tab) == 12 and set(tab["variant"]) == {"sync", "one_step", "laminar", "laminar_norepack", "partial",
-                                                        "dora"}
+    assert len(tab) == 21 and set(tab["variant"]) == {"sync", "one_step", "laminar", "laminar_norepack", "partial",
+                                                        "partial_areal", "dora"}
     for col in ("config", "family", "hardware", "model", "instances", "max_seqs", "eta", "load", "batch_size",
                 "target_steps", "trainer_devices", "e2e_samples_per_s", "bound_samples_per_s", "c1_violations",
                 "c2_lost", "c2_duplicated", "c3_violations", "migrations", "waste_ratio", "staleness_mean"):
@@ -94,29 +126,43 @@ def test_tiny_slice_end_to_end_and_resume(tmp_path):
     assert (tab["steps"] == 4).all() and (tab["batch_size"] == 4).all() and (tab["instances"] == 8).all()
     assert tab.loc[tab["family"] == "short_uniform", "trace_source"].iloc[0] in ("preset", "fallback:dense_math")
     summ = pd.read_csv(tmp_path / "out" / "grid_summary.csv")
-    assert list(summ["config"]) == ["moe_longtail/inst=8,load=light", "short_uniform/inst=8,load=light"]
+    assert list(summ["config"]) == ["moe_longtail/inst=8,load=light", "short_uniform/inst=8,load=light",
+                                    "bimodal/inst=8,load=light"]
     for _, s in summ.iterrows():
         e = tab[tab["config"] == s["config"]].set_index("variant")["e2e_samples_per_s"]
         best = max(("sync", "one_step", "laminar", "laminar_norepack"), key=lambda v: e[v])
         assert s["best_baseline"] == best
         assert s["dora_vs_best"] == pytest.approx(e["dora"] / e[best])
         assert s["dora_vs_partial"] == pytest.approx(e["dora"] / e["partial"])
+        assert s["dora_vs_partial_areal"] == pytest.approx(e["dora"] / e["partial_areal"])
         assert s["dora_c1_ok"] and s["dora_c2_ok"] and s["dora_c3_ok"]
-        assert s["command"].startswith("python -m dora.sim --trace ") and "--policy" not in s["command"]
-    assert "2 configurations: dora / best baseline min" in p.stdout
+        sim = s["command"].split(" && ")[-1]  # a generated family's command generates its trace first
+        assert sim.startswith("python -m dora.sim --trace ") and "--policy" not in s["command"]
+        assert s["command"].startswith("python -m dora.trace generate ") == (s["config"] != SLICE[1])
+    assert "3 configurations: dora / best baseline min" in p.stdout
     assert png.is_file() and png.stat().st_size > 10_000
     assert not list((tmp_path / "out").glob("*.tmp"))
 
     # a rerun takes every run from the cache; a lost cache entry (a crash) is the only one run again
-    p2 = run(*SLICE, "--csv", str(csv), "--png", str(png), tmp_path=tmp_path)
-    assert p2.returncode == 0 and "12 runs, 0 run now, 12 from the cache" in p2.stdout, p2.stdout + p2.stderr
+    p2 = run(*SLICE, "--replicas", "1", "--csv", str(csv), "--png", str(png), tmp_path=tmp_path)
+    assert p2.returncode == 0 and "21 runs, 0 run now, 21 from the cache" in p2.stdout, p2.stdout + p2.stderr
     pd.testing.assert_frame_equal(pd.read_csv(csv), tab)
     entries = sorted((tmp_path / "cache").rglob("*.json"))
-    assert len(entries) == 12
+    assert len(entries) == 21
     entries[0].unlink()
-    p3 = run(*SLICE, "--csv", str(csv), "--png", str(png), tmp_path=tmp_path)
-    assert "1 run now, 11 from the cache" in p3.stdout
-    assert len(pd.read_csv(csv)) == 12
+    p3 = run(*SLICE, "--replicas", "1", "--csv", str(csv), "--png", str(png), tmp_path=tmp_path)
+    assert "1 run now, 20 from the cache" in p3.stdout
+    assert len(pd.read_csv(csv)) == 21
+
+    # replicas: each configuration runs 2 x, the summary averages them
+    p4 = run(*SLICE, "--replicas", "2", "--csv", str(csv), "--png", str(png), tmp_path=tmp_path)
+    assert p4.returncode == 0 and "42 runs, 21 run now, 21 from the cache" in p4.stdout, p4.stdout + p4.stderr
+    tab2 = pd.read_csv(csv)
+    summ2 = pd.read_csv(tmp_path / "out" / "grid_summary.csv").set_index("config")
+    assert (summ2["replicas"] == 2).all()
+    for cfg, rows in tab2[tab2["variant"] == "dora"].groupby("config"):
+        assert sorted(rows["replica"]) == [0, 1]
+        assert summ2.loc[cfg, "dora_samples_per_s"] == pytest.approx(rows["e2e_samples_per_s"].mean())
 
 
 def test_ablation_table(tmp_path, rg):
@@ -129,7 +175,7 @@ def test_ablation_table(tmp_path, rg):
     flipped = set(tab["variant"]) - {"dora"}
     assert flipped and flipped <= set(rg.ABLATIONS)
     assert "| mechanism flipped | configs | mean | min | max | default < 0.98 x flipped |" in p.stdout
-    e = tab.set_index("variant")["e2e_samples_per_s"]
+    e = tab.groupby("variant")["e2e_samples_per_s"].mean()
     for v in flipped:
         row = next(ln for ln in p.stdout.splitlines() if ln.startswith(f"| {v} |"))
         assert f"| {e['dora'] / e[v]:.3f} |" in row
@@ -151,8 +197,8 @@ def test_ratios_by_hand(rg):
     rows = []
     for variant, e2e in (("sync", 1.0), ("one_step", 2.0), ("laminar", 3.0), ("laminar_norepack", 4.0),
                          ("partial", 8.0), ("dora", 5.0)):
-        rows.append({"config": "f/x", "family": "f", "kind": "base", "variation": "x", "variant": variant,
-                     "e2e_samples_per_s": e2e, "c1_violations": 0, "c2_lost": 0, "c2_duplicated": 0,
+        rows.append({"config": "f/x", "family": "f", "kind": "base", "variation": "x", "replica": 0,
+                     "variant": variant, "e2e_samples_per_s": e2e, "c1_violations": 0, "c2_lost": 0, "c2_duplicated": 0,
                      "c3_violations": int(variant == "dora")})
     s = rg.summarize(pd.DataFrame(rows)).iloc[0]
     assert s["best_baseline"] == "laminar_norepack" and s["dora_vs_best"] == 1.25 and s["dora_vs_partial"] == 0.625

@@ -93,7 +93,9 @@ def test_one_step_equals_hand_written_policy_gradient(tiny_model_dir, tiny_token
     loss.backward()
     trainer.accumulate_gradients(batch)
     for (name, p), q in zip(trainer.model.named_parameters(), ref.model.parameters()):
-        assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-8), name
+        # float32 summed in another order (padded batch vs one sequence at a time) moves an entry by
+        # ~1e-7 of the tensor's largest one; a wrong sign, token offset or normaliser moves it by ~1
+        assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5 * float(q.grad.abs().max())), name
     ref.optimizer.step()
     trainer.step(batch)
     got, want = trainer.state_dict_for_publish(), ref.state_dict_for_publish()
