@@ -191,7 +191,6 @@ ABLATIONS: dict[str, list[str]] = {
     "migrate_kv_off": ["policy.dora.migrate_kv=false"],
     "predictor_none": ["policy.dora.predictor=none"],
     "balance_predicted": ["policy.dora.balance=predicted"],
-    "supplement_on": ["policy.dora.supplement=true"],
     "max_regenerations_1": ["policy.dora.max_regenerations=1"],
     "elastic_trainer_on": ["policy.dora.elastic_trainer=true"],
     "versions_per_instance_2": ["policy.dora.versions_per_instance=2"],

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim2real import replay_args, small_batch_step_s  # noqa: E402
 
-KNOBS = ("repartition_load", "spread_tails", "consolidate", "supplement", "supplement_max_share", "predictor",
+KNOBS = ("repartition_load", "spread_tails", "consolidate", "migrate_kv", "predictor",
          "versions_per_instance", "max_regenerations")
 
 

@@ -12,7 +12,7 @@ class SampleGroups:
     """Draw `count` new prompt groups; the body answers with GroupsSampled at once."""
 
     count: int
-    reason: str = "batch"  # batch | admit | supplement
+    reason: str = "batch"  # batch | admit
 
 
 @dataclass(slots=True)

@@ -49,14 +49,12 @@ class LaminarConfig:
 
 @dataclass
 class DoraConfig:
-    """DORA: multi-version streaming, repartition with KV migration, supplementation."""
+    """DORA: multi-version streaming, tails spread and consolidated with KV migration, cost-weighed."""
 
     spread_tails: bool = True  # a drained old-version instance hosts an at-risk tail of its version
     consolidate: bool = True  # when slots are short, pack old-version instances onto peers (no tail at risk)
     repartition_load: float = 0.5  # consolidate an old-version instance with at most this share of its slots busy
-    migrate_kv: bool = True  # ship KV with migrated trajectories (no re-prefill)
-    supplement: bool = False  # staleness-aware over-provisioning on the newest version
-    supplement_max_share: float = 0.25  # at most this share of B extra groups in flight
+    migrate_kv: bool = True  # a migration ships the KV cache where that costs less than re-prefilling it
     predictor: Literal["history", "none"] = "history"  # remaining lengths: the run's own history, or as long again as run so far
     balance: Literal["slots", "predicted"] = "slots"  # dispatch: most free slots, or least predicted work per slot
     versions_per_instance: int = 1
@@ -66,8 +64,6 @@ class DoraConfig:
     def validate(self) -> None:
         if not 0 <= self.repartition_load <= 1:
             raise InputError(f"repartition_load: must be in [0, 1], got {self.repartition_load}")
-        if not 0 <= self.supplement_max_share <= 4:
-            raise InputError(f"supplement_max_share: must be in [0, 4], got {self.supplement_max_share}")
         if self.max_regenerations < 0:
             raise InputError(f"max_regenerations: must be >= 0, got {self.max_regenerations}")
         if self.versions_per_instance < 1:

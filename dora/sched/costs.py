@@ -25,6 +25,7 @@ class DecodeCost:
     touch: float = 0.0625  # share of experts one token uses
     per_seq_s: float = 1.0252e-5  # per running sequence per step
     per_ctx_s: float = 1.834e-8  # per context token per step
+    prefill_per_token_s: float = 5.592e-6  # per prompt or re-prefilled token, inside the decode step
     kv_base_s: float = 0.005  # per migration with KV
     kv_per_token_s: float = 9.83e-7  # per context token moved
     weight_load_s: float = 1.1106  # one instance loads a version
@@ -59,4 +60,15 @@ class DecodeCost:
         return f * (tokens * self.step_s(n, ctx) + self.per_ctx_s * n * tokens * (tokens - 1.0) / 2.0)
 
     def kv_move_s(self, ctx: float) -> float:
+        """Seconds the moved trajectory waits while its KV cache (ctx tokens) travels."""
         return self.kv_base_s + self.kv_per_token_s * ctx
+
+    def reprefill_s(self, ctx: float, f: float) -> float:
+        """Seconds a decode step of an instance with speed factor f grows by to prefill ctx tokens."""
+        return f * self.prefill_per_token_s * ctx
+
+    def kv_pays(self, ctx: float, n_dst: int, f_dst: float) -> bool:
+        """Whether shipping the KV costs less than re-prefilling on the destination, counted in
+        sequence-seconds: the transfer delays the moved trajectory alone; a re-prefill runs inside
+        the destination's decode step, so it delays the moved one and its n_dst residents."""
+        return self.kv_move_s(ctx) <= (n_dst + 1) * self.reprefill_s(ctx, f_dst)

@@ -41,7 +41,7 @@ class StreamingPolicy(Policy):
         self._heap: list[tuple[float, int, int]] = []  # (pool_key, id, stamp), lazily invalidated
         self._dirty: dict[int, InstView] = {}  # pool instances changed since the heap last saw them
         self.old = LoadIndex()  # alive, not loading, regular instances without the newest version
-        self._admit_cap: int | None = None  # admission_cap(), kept until index_all or cap_changed
+        self._admit_cap: int | None = None  # admission_cap(), kept until index_all
 
     # ---- subclass hooks -----------------------------------------------------------------------------
     def is_serving(self, inst: InstView) -> bool:
@@ -62,8 +62,7 @@ class StreamingPolicy(Policy):
 
     def admission_cap(self) -> int:
         """Most untrained groups allowed now: (i + η + 1)·B minus groups trained or training.
-        Read again only after `index_all` (the versions or the trainer's state changed) or
-        `cap_changed` (what an override adds changed)."""
+        Read again only after `index_all` (the versions or the trainer's state changed)."""
         v = self.view
         done = (v.trainer_version + (1 if v.trainer_busy else 0)) * self.B
         return (v.latest_version + self.eta + 1) * self.B - done
@@ -71,10 +70,6 @@ class StreamingPolicy(Policy):
     def predict_group(self, g: GroupView) -> float:
         """Predicted length of each sample of a group about to start (0: no prediction)."""
         return 0.0
-
-    def cap_changed(self) -> None:
-        """An input of `admission_cap` other than the versions and the trainer's state changed."""
-        self._admit_cap = None
 
     # ---- indexes ------------------------------------------------------------------------------------
     def index_all(self) -> None:

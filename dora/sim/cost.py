@@ -98,8 +98,8 @@ class CostModel:
     def decode_cost(self) -> DecodeCost:
         """The coefficients a scheduler is given (not the instances' slowdowns: it learns those)."""
         return DecodeCost(self.decode_base_s, self.decode_expert_s, self.expert_touch, self.decode_per_seq_s,
-                          self.decode_per_ctx_token_s, self.kv_transfer_base_s, self.kv_transfer_per_token_s,
-                          self.weight_load_s)
+                          self.decode_per_ctx_token_s, self.prefill_per_token_s, self.kv_transfer_base_s,
+                          self.kv_transfer_per_token_s, self.weight_load_s)
 
     def kv_transfer_s(self, ctx_tokens: int) -> float:
         return self.kv_transfer_base_s + self.kv_transfer_per_token_s * ctx_tokens

@@ -11,8 +11,7 @@ are simulated on). Candidates: the base config itself, then `--budget` random po
   dora.repartition_load     0.25, 0.5, 0.75, 1.0
   dora.spread_tails         true, false
   dora.consolidate          true, false
-  dora.supplement           true, false
-  dora.supplement_max_share 0.125, 0.25, 0.5, 1.0
+  dora.max_regenerations    0, 1
   dora.versions_per_instance 1 .. --max-versions-per-instance (default 1: the executor's engines
                             serve one version at a time)
 
@@ -42,8 +41,7 @@ GRID = {
     "repartition_load": (0.25, 0.5, 0.75, 1.0),
     "spread_tails": (True, False),
     "consolidate": (True, False),
-    "supplement": (True, False),
-    "supplement_max_share": (0.125, 0.25, 0.5, 1.0),
+    "max_regenerations": (0, 1),
 }
 CONSTRAINTS = ("c1_violations", "c2_lost", "c2_duplicated", "c3_violations")
 
@@ -124,8 +122,7 @@ def policy_yaml(base: SimConfig, best: dict, rows: list[dict]) -> str:
 
 def table(rows: list[dict], top: int = 10) -> str:
     keys = ("eta", *GRID, "versions_per_instance")
-    short = {"repartition_load": "repart", "pack_occupancy": "pack", "supplement": "suppl",
-             "supplement_max_share": "suppl_share", "versions_per_instance": "vpi"}
+    short = {"repartition_load": "repart", "max_regenerations": "max_regen", "versions_per_instance": "vpi"}
     head = " ".join(f"{short.get(k, k):>11}" for k in keys)
     lines = [f"{'rank':>4} {head} {'samples/s':>10} {'step s':>8} {'bubble':>7} {'ok':>3}"]
     for i, r in enumerate(rows[:top]):

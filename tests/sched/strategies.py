@@ -98,7 +98,7 @@ def _policy_knobs(draw, policy: str) -> dict:
                             "repack_batch": draw(st.sampled_from([0, 2, 64]))}}
     if policy == "dora":
         return {"dora": {"versions_per_instance": draw(st.integers(1, 3)),
-                         "migrate_kv": draw(st.booleans()), "supplement": draw(st.booleans()),
+                         "migrate_kv": draw(st.booleans()),
                          "spread_tails": draw(st.booleans()), "consolidate": draw(st.booleans()),
                          "balance": draw(st.sampled_from(["slots", "predicted"])),
                          "repartition_load": draw(st.sampled_from([0.0, 0.5, 1.0])),

@@ -4,8 +4,8 @@ import pytest
 
 from dora.sched.costs import DecodeCost
 
-C = DecodeCost(base_s=1.0, expert_s=2.0, touch=0.5, per_seq_s=0.1, per_ctx_s=0.01, kv_base_s=0.5,
-               kv_per_token_s=0.001)
+C = DecodeCost(base_s=1.0, expert_s=2.0, touch=0.5, per_seq_s=0.1, per_ctx_s=0.01, prefill_per_token_s=0.002,
+               kv_base_s=0.5, kv_per_token_s=0.001)
 
 
 def test_weights_read_grow_with_the_experts_touched():
@@ -31,3 +31,13 @@ def test_flat_context_cost_divides():
 
 def test_kv_move():
     assert C.kv_move_s(1000) == pytest.approx(1.5)
+
+
+def test_kv_ships_where_it_costs_fewer_sequence_seconds_than_a_reprefill():
+    # 1,000 tokens: KV 0.5 + 1.0 = 1.5 s for the moved one; re-prefill 2.0 s (f = 1) for it and each resident
+    assert C.kv_move_s(1000) == pytest.approx(1.5) and C.reprefill_s(1000, 1.0) == pytest.approx(2.0)
+    assert C.kv_pays(1000, 0, 1.0)  # 1.5 <= 2.0
+    assert not C.kv_pays(1000, 0, 0.5)  # a fast destination: 1.5 > 1.0
+    assert C.kv_pays(1000, 1, 0.5)  # ... with a resident: 1.5 <= 2 x 1.0
+    # 200 tokens: KV 0.7 s; re-prefill 0.4 s per sequence: the KV pays from one resident on
+    assert not C.kv_pays(200, 0, 1.0) and C.kv_pays(200, 1, 1.0)

@@ -277,7 +277,7 @@ def test_repro_dora_samples_before_dispatching_regenerated_groups():
             "cluster": {"instances": 1, "devices_per_instance": 1, "max_seqs": 6, "kv_tokens": 204900,
                         "trainer_devices": 3},
             "policy": {"eta": 1, "batch_size": 4, "group_size": 2,
-                       "dora": {"versions_per_instance": 3, "migrate_kv": True, "supplement": True,
+                       "dora": {"versions_per_instance": 3, "migrate_kv": True,
                                 "spread_tails": True, "consolidate": True, "balance": "predicted", "repartition_load": 1.0, "predictor": "none",
                                 "max_regenerations": 1, "elastic_trainer": False}}}
     check_run(S.Case(trace, data), "dora")

@@ -59,13 +59,13 @@ def test_deterministic_for_a_seed(small_trace, tmp_path):
 
 def test_yaml_config_and_overrides(small_trace, tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("policy:\n  eta: 1\n  dora:\n    supplement: false\ncluster:\n  instances: 6\n")
+    cfg.write_text("policy:\n  eta: 1\n  dora:\n    consolidate: false\ncluster:\n  instances: 6\n")
     out = tmp_path / "o.json"
     assert main(["--trace", str(small_trace), *SMALL, "--config", str(cfg), "--policy", "dora",
                  "--set", "policy.dora.repartition_load=0.75", "--json", str(out)]) == 0
     c = json.loads(out.read_text())["runs"][0]["config"]
     assert c["instances"] == 8  # the flag beats the file
-    assert c["eta"] == 2 and c["policy"]["supplement"] is False and c["policy"]["repartition_load"] == 0.75
+    assert c["eta"] == 2 and c["policy"]["consolidate"] is False and c["policy"]["repartition_load"] == 0.75
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -13,11 +13,12 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
 - Repartition: an instance that no longer holds the newest version and has drained either
   loads the newest version or, when the newest version has slots enough for every group
   the staleness cap admits (more slots would stand idle), hosts the at-risk trajectory of
-  its version that is predicted to finish last, moved there with its KV cache (no
-  re-prefill): alone on an instance a long-tail trajectory decodes several times faster
-  than in a full batch (`spread_tails`).
+  its version that is predicted to finish last: alone on an instance a long-tail trajectory
+  decodes several times faster than in a full batch (`spread_tails`).
+- Every migration ships the KV cache where that costs fewer sequence-seconds than
+  re-prefilling it on the destination (`DecodeCost.kv_pays`; `migrate_kv` off: never).
 - Consolidation: when groups wait for slots, an old-version instance with at most
-  `repartition_load` of its slots busy moves all its trajectories (with KV) onto the
+  `repartition_load` of its slots busy moves all its trajectories onto the
   busiest same-version peer that can take them while none of them becomes at risk, and
   loads the newest version (`consolidate`).
   With versions_per_instance > 1 an instance instead loads the new version next to the old
@@ -27,15 +28,12 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
   aborted and regenerated on the newest version (logged; C2 holds), at most
   `max_regenerations` times per group; after that the trainer waits for it, so long
   answers are never systematically dropped.
-- Staleness-aware supplementation: at each publication the orchestrator predicts how many
-  in-flight groups will complete within the next step; if the buffer plus those falls short
-  of B, extra groups (up to `supplement_max_share`·B) are admitted on the newest version.
 - Dispatch and balancing use predicted completion: lengths come from finished group-mates
   or the running length distribution (LengthPredictor); a group's samples go to the
   newest-version instances whose predicted backlog per free slot is smallest.
 - Elastic trainer devices (knob, LongCat's elastic colocation): while the trainer waits for
   data, its devices run rollout instances of the newest version (taking the new weights by
-  an on-device reshard); when a step starts their trajectories migrate (KV) to the regular
+  an on-device reshard); when a step starts their trajectories migrate to the regular
   instance of their version with most room (queueing there), or are regenerated if none
   holds that version.
 """
@@ -69,7 +67,6 @@ class DoraPolicy(StreamingPolicy):
         self.pred = LengthPredictor() if dc.predictor == "history" else None
         self.balance = dc.balance == "predicted"
         self.prog = Progress(self.view.cost)  # replaced in on_start by one with the body's costs
-        self.extra = 0  # supplementation headroom for the current step
         self.pace = TrainerPace(self.eta, self.B)
         self._incoming: dict[int, int] = {}  # instances loading the newest version -> their slots
         self._retry: dict[int, float] = {}  # version -> no consolidation pass before this time
@@ -114,9 +111,6 @@ class DoraPolicy(StreamingPolicy):
     def pick_step(self, inst: InstView, cost: float) -> float:
         return cost if not self.balance or self.pred is None else cost / inst.max_seqs
 
-    def admission_cap(self) -> int:
-        return StreamingPolicy.admission_cap(self) + self.extra
-
     # ---- progress bookkeeping (every change of where a trajectory runs) -----------------------------
     def start_group(self, g: GroupView, version: int, instances: list[InstView], pred: float = 0.0) -> None:
         super().start_group(g, version, instances, pred)
@@ -127,6 +121,16 @@ class DoraPolicy(StreamingPolicy):
     def migrate(self, traj: int, dst: InstView, kv: bool = True) -> None:
         super().migrate(traj, dst, kv)
         self.prog.move(traj, dst.id, self.now)
+
+    def move(self, traj: int, dst: InstView, residents: int) -> None:
+        """Migrate `traj` to `dst` (which will hold `residents` others), with its KV cache where
+        that costs less than re-prefilling it there (`DecodeCost.kv_pays`; never: migrate_kv off)."""
+        self.migrate(traj, dst, kv=self._kv(traj, dst, residents))
+
+    def _kv(self, traj: int, dst: InstView, residents: int) -> bool:
+        prog = self.prog
+        ctx = prog.plen[traj] + prog.generated(traj, self.now)
+        return self.dc.migrate_kv and self.view.cost.kv_pays(ctx, residents, prog.f[dst.id])
 
     def abort(self, traj: int, reason: str) -> None:
         super().abort(traj, reason)
@@ -232,12 +236,14 @@ class DoraPolicy(StreamingPolicy):
                 if fin <= dl or fin <= best_fin:
                     continue
                 ctx = prog.plen[tid] + prog.generated(tid, now)
-                there = now + self.view.cost.kv_move_s(ctx) + prog.time_left(tid, rem, now, host.id, 1, ctx)
+                cost = self.view.cost
+                move = cost.kv_move_s(ctx) if self._kv(tid, host, 0) else cost.reprefill_s(ctx, prog.f[host.id])
+                there = now + move + prog.time_left(tid, rem, now, host.id, 1, ctx)
                 if fin - there > 0.05 * (fin - now):
                     best, best_fin, best_gain = tid, fin, fin - there
         if best < 0:
             return False
-        self.migrate(best, host, kv=self.dc.migrate_kv)
+        self.move(best, host, 0)
         return True
 
     def _consolidate(self, ver: int, latest: int) -> None:
@@ -263,8 +269,9 @@ class DoraPolicy(StreamingPolicy):
                 looked += 1
                 dst = self._safe_destination(ver, src, dl)
                 if dst is not None:
+                    residents = dst.load + len(src.active) - 1
                     for tid in list(src.active):
-                        self.migrate(tid, dst, kv=self.dc.migrate_kv)
+                        self.move(tid, dst, residents)
                     self.load(src, latest)
                     return  # one per call: the next finish or publication looks again
                 if looked >= _SOURCES_LOOKED_AT:
@@ -333,7 +340,6 @@ class DoraPolicy(StreamingPolicy):
         self._incoming.clear()  # loads under way are of an older version now
         self._retry.clear()  # the deadlines moved
         self.repartition()
-        self._plan_supplement()
         self.admit()
 
     def after_finish(self, traj: int, inst: InstView, group_done: GroupView | None) -> None:
@@ -432,7 +438,8 @@ class DoraPolicy(StreamingPolicy):
                     continue
                 peers = [i for i in regular if t.version in i.versions]
                 if peers:
-                    self.migrate(t.id, max(peers, key=lambda i: (i.free_slots(), -i.id)), kv=self.dc.migrate_kv)
+                    dst = max(peers, key=lambda i: (i.free_slots(), -i.id))
+                    self.move(t.id, dst, dst.load)
                 else:
                     g = self.view.groups[t.prompt_id]
                     self.regenerate(g, "elastic")
@@ -441,33 +448,3 @@ class DoraPolicy(StreamingPolicy):
         if self.pred is not None:
             self.pred.forget(g.prompt_id)
         super().on_regenerate(g)
-
-    # ---- supplementation --------------------------------------------------------------------------
-    def _plan_supplement(self) -> None:
-        """Extra admission headroom when the next batch is predicted to fill late."""
-        self.extra = 0
-        self.cap_changed()
-        if not self.dc.supplement or self.pred is None or self.pace.last_step_s <= 0:
-            return
-        horizon = self.pace.last_step_s
-        p, now, trajs = self.pred, self.now, self.view.trajs
-        rates, global_rate = p.rate, p.global_rate
-        soon = 0
-        for g in self.inflight.values():
-            done = True
-            med = p.mates_median(g.prompt_id)  # the same for every sample of the group
-            for tid in g.trajs:
-                t = trajs[tid]
-                if t.state != QUEUED_OR_RUNNING:
-                    continue
-                r = rates.get(t.instance, global_rate)
-                # p.predict_remaining(g.prompt_id, t.instance, now - t.t_start), with `med` read once
-                gen = r * (now - t.t_start) if r > 0 else 0.0
-                total = p.conditional_mean(gen) if med is None else max(med, gen + 1.0)
-                if max(total - gen, 1.0) / (r or 1.0) > horizon:
-                    done = False
-                    break
-            soon += done
-        short = self.B - len(self.view.buffer) - soon
-        if short > 0:
-            self.extra = min(short, int(self.dc.supplement_max_share * self.B))
