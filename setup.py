@@ -15,6 +15,8 @@ from pathlib import Path
 from setuptools import setup
 
 ROOT = Path(__file__).resolve().parent
+# the per-event path: the event log, the scheduler core with every policy file in
+# dora/sched/policies/ (a new policy file is compiled too), the simulator's instance and cluster
 COMPILED = [
     "dora/eventlog.py",
     "dora/sched/actions.py",
@@ -27,11 +29,9 @@ COMPILED = [
     "dora/sched/progress.py",
     "dora/sched/policy.py",
     "dora/sched/streaming.py",
-    "dora/sched/policies/dora.py",
-    "dora/sched/policies/laminar.py",
-    "dora/sched/policies/one_step.py",
-    "dora/sched/policies/partial.py",
-    "dora/sched/policies/sync.py",
+    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "dora" / "sched" / "policies").glob("*.py")
+            if p.name != "__init__.py"),
+    "dora/sim/order.py",
     "dora/sim/instance.py",
     "dora/sim/cluster.py",
 ]

@@ -43,8 +43,8 @@ METRICS = ("e2e_samples_per_s", "step_time_mean_s", "bubble_ratio", "staleness_m
 
 
 def rel_err(real: float, pred: float) -> float:
-    """`dora.sim.compare.rel_err`, with nan where it has no answer (for tables and JSON)."""
-    from dora.sim.compare import rel_err as compare_rel_err
+    """`dora.sim.tools.compare.rel_err`, with nan where it has no answer (for tables and JSON)."""
+    from dora.sim.tools.compare import rel_err as compare_rel_err
 
     e = compare_rel_err(real, pred)
     return float("nan") if e is None else e
@@ -174,7 +174,7 @@ def _sim(cmd: list[str]) -> None:
 
 def predict(runs: dict, out: Path, host_cores_list: list[float], base: str, other: str) -> dict:
     """Calibrate, replay and compare every (calibration, host model) scenario; {scenario: {policy: compare}}."""
-    from dora.sim.compare import compare_files
+    from dora.sim.tools.compare import compare_files
     from sim2real import replay_args
 
     results: dict[str, dict] = {}

@@ -10,8 +10,8 @@ a per-run result cache, and writes a tidy table, a per-configuration summary and
   python benchmarks/robustness_grid.py --ablation --quick   # dora with each mechanism flipped
 
 Wall time on a 2-core machine (compiled build, --jobs 2): --quick (35 configurations x 3
-replicas x 7 variants = 735 runs) about 3 min; the whole grid (244 configurations, ~5,100 runs)
-a few hours from an empty cache, seconds from a full one.
+replicas x 7 variants = 735 runs) about 2-3 min; the whole grid (244 configurations, 5,040 runs)
+about 40 min from an empty cache, seconds from a full one.
 
 The grid (data, below: TRACES, HW_MODELS, BASE, ONE_AT_A_TIME, PAIRS, XL, N_RANDOM):
 - a trace family is a shipped trace file, or a dora.trace.generate preset (+ TraceParams
@@ -19,7 +19,7 @@ The grid (data, below: TRACES, HW_MODELS, BASE, ONE_AT_A_TIME, PAIRS, XL, N_RAND
   TraceParams fields (TraceSpec.fallback), or are skipped with a note when they have none
   (today every family has its preset). Generated traces are
   sized to the run (B prompts per trace step, steps + eta + 2 trace steps: a drift reaches ~ its
-  full value over the run) and generated once into --trace-cache (dora/sim/sweep.py's cache: one
+  full value over the run) and generated once into --trace-cache (dora/sim/tools/sweep.py's cache: one
   file per parameter set).
 - per family: the BASE point (H800 x qwen3-30b-a3b, 64 instances, 64 decode slots, eta 4, heavy
   load), ONE_AT_A_TIME variations of each axis, PAIRS of variations, a few XL points at 1024
@@ -80,7 +80,7 @@ import pandas as pd  # noqa: E402
 from dora.config import build  # noqa: E402
 from dora.errors import InputError, cli_errors  # noqa: E402
 from dora.sim.presets import HARDWARE, MODELS, instance_devices  # noqa: E402
-from dora.sim.sweep import run_one, trace_path, write_table  # noqa: E402
+from dora.sim.tools.sweep import run_one, trace_path, write_table  # noqa: E402
 from dora.trace import load_trace  # noqa: E402
 from dora.trace.schema import write_trace  # noqa: E402
 from dora.trace.generate import PRESETS, TraceParams, generate_to  # noqa: E402
@@ -474,7 +474,7 @@ def code_version() -> str:
 
 
 def sim_config(argv: list[str]):
-    from dora.sim.__main__ import parser as sim_parser, resolve_config
+    from dora.sim.cli import parser as sim_parser, resolve_config
 
     return resolve_config(sim_parser().parse_args(argv))
 

@@ -27,7 +27,6 @@ import shutil
 import sys
 from pathlib import Path
 
-POLICIES = ("sync", "one_step", "partial", "laminar", "dora")
 HOST_SCALED = ("decode_base_s", "decode_per_seq_s", "decode_per_ctx_token_s", "prefill_per_token_s")
 
 
@@ -61,11 +60,13 @@ def replay_args(run: dict, trace: Path, cost: Path, policy: str, events: Path) -
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dora.sched.registry import names
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calib", required=True, help="directory of the calibration runs (--out of dora.exec)")
     ap.add_argument("--fresh", required=True, help="directory of the fresh runs (their --events/--trace-out/--json)")
     ap.add_argument("--out", required=True, help="directory for cost files, sim event logs and sim2real.json")
-    ap.add_argument("--policy", action="append", choices=POLICIES, help="policies (default: all five)")
+    ap.add_argument("--policy", action="append", choices=names(), help="policies (default: every registered one)")
     ap.add_argument("--pooled", action="store_true", help="one cost file from every policy's calibration profile")
     ap.add_argument("--calib-profile", action="append", metavar="PROFILE",
                     help="calibrate every policy on these profiles instead (e.g. --calib-profile R1/sync/profile.json "
@@ -78,11 +79,11 @@ def main(argv: list[str] | None = None) -> int:
                          "fresh/calibration ratio (a number measured on the fresh run)")
     args = ap.parse_args(argv)
     from dora.sim.__main__ import main as sim
-    from dora.sim.compare import HEADLINE, compare_files
+    from dora.sim.tools.compare import HEADLINE, compare_files
 
     calib, fresh, out = Path(args.calib), Path(args.fresh), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    policies = args.policy or list(POLICIES)
+    policies = args.policy or list(names())
     if args.pooled or args.calib_profile:
         pooled = out / "cost.pooled.yaml"
         profs = args.calib_profile or [str(calib / p / "profile.json") for p in policies]

@@ -27,7 +27,7 @@ KNOBS = ("repartition_load", "spread_tails", "consolidate", "migrate_kv", "predi
 
 def replay(run_dir: Path, cost: Path, out: Path) -> dict:
     from dora.sim.__main__ import main as sim
-    from dora.sim.compare import compare_files
+    from dora.sim.tools.compare import compare_files
 
     run = json.loads((run_dir / "dora.json").read_text())["runs"][0]
     pol = run["config"]["policy"]

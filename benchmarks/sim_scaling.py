@@ -32,7 +32,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from dora.errors import InputError, cli_errors  # noqa: E402
-from dora.sim.config import POLICY_NAMES  # noqa: E402
+from dora.sched.registry import names as policy_names  # noqa: E402
 
 COLUMNS = ("policy", "instances", "batch", "steps", "trajectories", "wall_s", "cpu_s", "traj_per_s", "peak_rss_mib",
            "load_rss_mib", "trained_samples", "e2e_samples_per_s", "events", "ref_loop_s")
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             args.instances, args.steps = "64,256", 2
         counts = parse_instances(args.instances)
-        policies = args.policy or list(POLICY_NAMES)
+        policies = args.policy or list(policy_names())
         if args.out and Path(args.out).suffix not in (".json", ".csv"):
             raise InputError(f"--out {args.out}: unknown type '{Path(args.out).suffix}'; use .json or .csv")
         specs = [{"trace": args.trace, "policy": p, "instances": n, "steps": args.steps,

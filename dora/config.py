@@ -2,6 +2,10 @@
 
 Unknown keys, wrong types and out-of-range values raise InputError naming the key.
 Range checks live in each dataclass's `validate()` (called recursively by `build`).
+
+A dataclass with a `sections` mapping and a `section_types()` classmethod (PolicyConfig: one
+section per registered policy) takes each section as a key of its own, beside its fields:
+`policy.dora.x`, not `policy.sections.dora.x`.
 """
 
 from __future__ import annotations
@@ -103,20 +107,32 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+def _sections(cls: Any) -> dict[str, type]:
+    """The section types of a dataclass with sections (see the module docstring), else {}."""
+    get = getattr(cls, "section_types", None)
+    return get() if get is not None else {}
+
+
 def _build(cls: type[T], data: dict, where: str) -> T:
     hints = get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    sections = _sections(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init} - ({"sections"} if sections else set())
     for k in data:
-        if k not in names:
-            known = ", ".join(sorted(names))
+        if k not in names and k not in sections:
+            known = ", ".join(sorted(names | set(sections)))
             raise InputError(f"{where + '.' if where else ''}{k}: unknown key (known keys: {known})")
     defaults = {f.name: f.default_factory for f in dataclasses.fields(cls)
                 if f.default_factory is not dataclasses.MISSING}
-    kwargs = {}
+    defaults.update(sections)
+    hints = {**hints, **sections}
+    kwargs: dict[str, Any] = {}
+    built: dict[str, Any] = {}
     for k, v in data.items():
         if isinstance(v, dict) and k in defaults and dataclasses.is_dataclass(hints[k]):
             v = deep_merge(to_dict(defaults[k]()), v)  # keys not given keep the field's own defaults
-        kwargs[k] = _coerce(v, hints[k], f"{where + '.' if where else ''}{k}")
+        (built if k in sections else kwargs)[k] = _coerce(v, hints[k], f"{where + '.' if where else ''}{k}")
+    if sections:
+        kwargs["sections"] = built
     return cls(**kwargs)
 
 
@@ -134,6 +150,10 @@ def validate_tree(obj: Any, where: str = "") -> None:
         v = getattr(obj, f.name)
         if dataclasses.is_dataclass(v):
             validate_tree(v, f"{where}{f.name}.")
+    if _sections(obj):
+        for name, v in obj.sections.items():
+            if dataclasses.is_dataclass(v):
+                validate_tree(v, f"{where}{name}.")
     check = getattr(obj, "validate", None)
     if check is not None:
         try:
@@ -208,7 +228,10 @@ def apply_cli(data: dict, flags: dict[tuple[str, ...], Any], overrides: list[str
 def to_dict(obj: Any) -> Any:
     """Dataclass tree -> plain dict (for --json config and YAML dumps)."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        if _sections(obj):
+            out.update(out.pop("sections"))  # sections sit beside the fields
+        return out
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):

@@ -1,6 +1,7 @@
 """The event log: one row per event, written by both bodies, read by metrics and plots.
 
-Columns (shared/DESIGN.md) plus three typed ones that make the log self-sufficient for
+Columns: `COLUMNS` (time, event, instance, trajectory, prompt, versions, tokens, detail), with three
+typed ones that make the log self-sufficient for
 metrics: `dur_s` (length of the activity that ends at this row), `busy_s` (device-seconds
 of that activity: a segment's decode-slot share, a trainer step's compute) and `prefill_s`
 (device-seconds of prefill in a segment).

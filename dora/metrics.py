@@ -1,4 +1,4 @@
-"""Metrics and the C1-C3 checks, computed from an event log alone (shared/DESIGN.md names).
+"""Metrics and the C1-C3 checks, computed from an event log alone.
 
 Definitions (a simulated and a real run go through the same code):
 - steady state excludes the first step: e2e rates count trajectories trained at trainer
@@ -18,7 +18,7 @@ Definitions (a simulated and a real run go through the same code):
 - C2: a sampled group is lost if it is neither trained nor still viable at the end (in
   flight, or finished within η versions of the final one); duplicated if trained in more
   than one step or with more trajectories than its size;
-- rollout_share (extra, not in the DESIGN.md contract): the share of step time the trainer
+- rollout_share (extra): the share of step time the trainer
   waits on rollout. Over the steady-state steps (publish i -> publish i+1; first step
   excluded; with fewer than two publications, time 0 -> first publication), the time from
   the publication to the step's train_start during which at least one trajectory segment
@@ -83,7 +83,7 @@ def staleness(df: pd.DataFrame) -> np.ndarray:
 
 
 def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
-    """All DESIGN.md metrics from one run's event log. `run` defaults to df.attrs['run']."""
+    """All metrics from one run's event log. `run` defaults to df.attrs['run']."""
     run = run if run is not None else df.attrs.get("run", {})
     eta = run.get("eta")
     ev = EventColumn(df["event"])

@@ -19,14 +19,15 @@ from pathlib import Path
 
 from dora.config import apply_cli, build, deep_merge, load_yaml
 from dora.errors import ArgumentParser, InputError, cli_errors
-from dora.exec.run_config import POLICY_NAMES, ExecConfig, check_model
+from dora.exec.run_config import ExecConfig, check_model
+from dora.sched.registry import names as policy_names
 
 
 def parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m dora.exec", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="local HF checkpoint directory or hub id")
-    ap.add_argument("--policy", action="append", choices=POLICY_NAMES, help="policy (repeat to run several in turn)")
+    ap.add_argument("--policy", action="append", choices=policy_names(), help="policy (repeat to run several in turn)")
     ap.add_argument("--config", help="YAML file with ExecConfig keys")
     ap.add_argument("--policy-config", help="YAML file with PolicyConfig keys (eta, batch_size, dora: {...})")
     ap.add_argument("--instances", type=int, help="rollout engines")
@@ -43,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override any config key")
     ap.add_argument("--json", metavar="OUT", help="write {runs: [{policy, config, metrics}]} here")
     ap.add_argument("--events", metavar="OUT.parquet", help="event log (several policies: OUT.<policy>.parquet)")
-    ap.add_argument("--trace-out", metavar="OUT.parquet", help="the trained trajectories as a trace (DESIGN.md schema "
+    ap.add_argument("--trace-out", metavar="OUT.parquet", help="the trained trajectories as a trace (the trace schema "
                     "with the recorded-run columns; several policies: OUT.<policy>.parquet)")
     ap.add_argument("--profile-out", metavar="OUT.json", help="timing profile for python -m dora.sim calibrate "
                     "(several policies: OUT.<policy>.json; always also written as <out>/<policy>/profile.json)")

@@ -33,7 +33,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ from dora.exec.faults import actor_errors, cut_last_tensor
 from dora.exec.run_config import ExecConfig
 from dora.sched import actions as A
 from dora.sched import events as E
-from dora.sched.policies import POLICIES
+from dora.sched.registry import POLICIES
 from dora.sched.policy import Policy
 from dora.sched.record import encode
 
@@ -816,6 +816,3 @@ def _write_steps_csv(path: Path, rows: list[dict]) -> None:
         w.writeheader()
         w.writerows(rows)
 
-
-def config_with_policy(cfg: ExecConfig, name: str) -> ExecConfig:
-    return replace(cfg, policies=[name])

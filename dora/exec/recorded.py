@@ -1,4 +1,4 @@
-"""A real run's trained trajectories as a trace (DESIGN.md schema with the recorded-run columns)."""
+"""A real run's trained trajectories as a trace (the trace schema with the recorded-run columns)."""
 
 from __future__ import annotations
 

@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from dora.errors import InputError
 from dora.exec.config import TaskConfig, TrainerConfig
 from dora.exec.faults import FaultConfig
-from dora.sched.config import POLICY_NAMES, PolicyConfig, SyncConfig, check_run  # noqa: F401
+from dora.sched.config import PolicyConfig, SyncConfig
+from dora.sched.registry import check_run
 
 
 
 def _exec_policy() -> PolicyConfig:
     # engines and trainer are separate processes here: sync is disaggregated (no device time-sharing)
-    return PolicyConfig(eta=2, batch_size=4, group_size=4, sync=SyncConfig(colocated=False))
+    return PolicyConfig(eta=2, batch_size=4, group_size=4, sections={"sync": SyncConfig(colocated=False)})
 
 
 @dataclass

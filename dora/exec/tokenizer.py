@@ -12,8 +12,6 @@ tokens, as in Qwen2), and merges that make the task's words single tokens ("coun
 
 from __future__ import annotations
 
-from pathlib import Path
-
 SPECIAL = ["<pad>", "<bos>", "<eos>", "<|endoftext|>"]
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 # Qwen2's pre-tokenizer split (transformers/models/qwen2/tokenization_qwen2.py).
@@ -85,7 +83,3 @@ def build_tokenizer():
         tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
         unk_token="<|endoftext|>", model_max_length=4096, padding_side="left", clean_up_tokenization_spaces=False)
 
-
-def save_tokenizer(out_dir: str | Path) -> None:
-    tok = build_tokenizer()
-    tok.save_pretrained(str(out_dir))

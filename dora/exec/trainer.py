@@ -28,7 +28,7 @@ import torch
 
 from dora.errors import InputError
 from dora.exec.config import TrainerConfig
-from dora.exec.logprobs import forward_logprobs, sequence_logprobs, token_budget_batches
+from dora.exec.logprobs import forward_logprobs, token_budget_batches
 from dora.exec.losses import add_sums, grpo_advantages, ppo_loss, sequence_token_weights, summarize
 
 

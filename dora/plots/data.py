@@ -344,7 +344,6 @@ def bubble_breakdown(df: pd.DataFrame, run: dict | None = None) -> dict:
         total = rollout_devices * t_end
     else:
         out["waiting_for_trainer"] = s(training) + s(publishing)
-        train_t = float((steps["t1"] - steps["t0"]).sum()) if len(steps) else 0.0
         pub_t = float((steps["t_pub"] - steps["t1"]).sum()) if len(steps) else 0.0
         out["weight_loading"] += pub_t * trainer_devices
         out["trainer_waiting"] = (trainer_devices * (t_end - pub_t) - useful_train - s(occupied & el)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from dora.errors import InputError
-from dora.plots.style import POLICY_ORDER, policy_color, subplots
+from dora.plots.style import policy_color, policy_order, subplots
 from dora.plots.sweep import read_sweep
 
 
@@ -36,7 +36,7 @@ def scaling_plot(table, x: str = "cluster.instances", title: str | None = None):
         tab["scaling_efficiency"] = scaling_efficiency(tab, x)
     fig, (ax, ax2) = subplots(1, 2, figsize=(12, 4.8))
     pols = sorted(tab["policy"].astype(str).unique(),
-                  key=lambda p: (POLICY_ORDER.index(p) if p in POLICY_ORDER else 99, p))
+                  key=lambda p: (policy_order().index(p) if p in policy_order() else 99, p))
     for i, p in enumerate(pols):
         g = tab[tab["policy"].astype(str) == p].groupby(x)[["e2e_samples_per_s", "scaling_efficiency"]].mean()
         c = policy_color(p, i)

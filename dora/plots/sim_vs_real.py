@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dora.plots.style import POLICY_ORDER, policy_color, subplots
+from dora.plots.style import policy_color, policy_order, subplots
 
 PANELS = (("step_time_mean_s", "mean step time (s)"),
           ("e2e_samples_per_s", "end-to-end throughput (trained samples / s)"))
@@ -14,7 +14,7 @@ PANELS = (("step_time_mean_s", "mean step time (s)"),
 def sim_vs_real(res: dict, title: str = "Simulator vs real executor: prediction of a fresh run", band: float = 0.1):
     """Grouped bars (real, simulated) per policy for step time and throughput; each pair is labelled
     with the relative error (sim - real) / real and the real bar carries a +-`band` whisker."""
-    policies = [p for p in POLICY_ORDER if p in res] + [p for p in res if p not in POLICY_ORDER]
+    policies = [p for p in policy_order() if p in res] + [p for p in res if p not in policy_order()]
     fig, axes = subplots(1, 2, figsize=(12, 4.2))
     x = np.arange(len(policies))
     cols = [policy_color(p) for p in policies]

@@ -15,6 +15,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
 from dora.errors import InputError
+from dora.sched.registry import names
 
 
 def subplots(nrows: int = 1, ncols: int = 1, figsize: tuple[float, float] = (8, 5)):
@@ -30,7 +31,6 @@ _TAB10 = matplotlib.colormaps["tab10"].colors
 VERSION_CYCLE = tuple(c for i, c in enumerate(_TAB10) if i != 7) + (
     "#000075", "#800000", "#469990", "#f032e6", "#7cb518", "#e6ab02")
 LOAD_COLOR = (0.55, 0.55, 0.55)
-POLICY_ORDER = ("sync", "one_step", "partial", "laminar", "dora")
 
 
 def version_color(v: int) -> tuple[float, float, float]:
@@ -43,9 +43,16 @@ def version_colors(versions) -> np.ndarray:
     return table[np.asarray(versions, dtype=np.int64) % len(table)]
 
 
+def policy_order() -> tuple[str, ...]:
+    """Registered policies, in registration order (tables and plots list them so)."""
+    return names()
+
+
 def policy_color(name: str, i: int = 0) -> tuple[float, float, float]:
+    """tab10 by registration order; an unregistered name (a variant) takes the i-th colour after."""
     cmap = matplotlib.colormaps["tab10"].colors
-    k = POLICY_ORDER.index(name) if name in POLICY_ORDER else len(POLICY_ORDER) + i
+    order = names()
+    k = order.index(name) if name in order else len(order) + i
     return tuple(cmap[k % len(cmap)])
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from dora.errors import InputError
 from dora.metrics import METRIC_NAMES
-from dora.plots.style import POLICY_ORDER, policy_color, subplots
+from dora.plots.style import policy_color, policy_order, subplots
 
 METRIC_LABELS = {
     "e2e_samples_per_s": "end-to-end throughput (trained samples/s)",
@@ -135,7 +135,7 @@ def sweep_plot(table, x: str | None = None, y: str = "e2e_samples_per_s", title:
         raise InputError(f"sweep table: no column '{x}'; columns are {', '.join(map(str, tab.columns[:12]))}")
     fig, ax = subplots(figsize=(8, 5))
     pols = sorted(tab["policy"].astype(str).unique(),
-                  key=lambda p: (POLICY_ORDER.index(p) if p in POLICY_ORDER else 99, p))
+                  key=lambda p: (policy_order().index(p) if p in policy_order() else 99, p))
     for i, p in enumerate(pols):
         g = tab[tab["policy"].astype(str) == p].groupby(x)[y].agg(["mean", "min", "max"]).sort_index()
         c = policy_color(p, i)

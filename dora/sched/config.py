@@ -1,9 +1,9 @@
-"""Policy configuration: shared knobs (η, B, G) and one typed section per policy."""
+"""Policy configuration: the shared knobs (η, B, G) and the built-in policies' own sections."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from dora.errors import InputError
 
@@ -72,13 +72,41 @@ class DoraConfig:
 
 @dataclass
 class PolicyConfig:
+    """The knobs every policy shares (η, B, G) and one typed section per policy that has its own
+    (`sections`, by policy name; read as `cfg.dora`). The section types are those registered
+    with their policies (`dora.sched.registry.register`); in YAML and `--set` keys a section sits
+    beside the shared knobs: `policy.dora.repartition_load`."""
+
     eta: int = 4  # staleness bound η: trained at trainer version i only if i - v <= η
     batch_size: int = 128  # B: prompt groups per training step
     group_size: int = 0  # G: samples per prompt; 0 = the trace's
-    sync: SyncConfig = field(default_factory=SyncConfig)
-    partial: PartialConfig = field(default_factory=PartialConfig)
-    laminar: LaminarConfig = field(default_factory=LaminarConfig)
-    dora: DoraConfig = field(default_factory=DoraConfig)
+    sections: dict[str, Any] = field(default_factory=dict)  # policy name -> its config; missing ones: defaults
+
+    SECTION_TYPES: ClassVar[dict[str, type]] = {}  # filled by dora.sched.registry.register
+
+    def __post_init__(self) -> None:
+        for name in self.sections:
+            if name not in self.SECTION_TYPES:
+                raise InputError(f"{name}: no policy of that name has a config section "
+                                 f"(sections: {', '.join(self.SECTION_TYPES)})")
+        given = self.sections
+        self.sections = {name: given[name] if given.get(name) is not None else cls()
+                         for name, cls in self.SECTION_TYPES.items()}
+
+    def __getattr__(self, name: str) -> Any:
+        """A policy's section as an attribute (only called for names that are not fields)."""
+        sections = self.__dict__.get("sections")
+        if sections is None or name not in sections:
+            raise AttributeError(f"PolicyConfig has no field or policy section {name!r}")
+        return sections[name]
+
+    def section(self, name: str) -> Any:
+        return self.sections[name]
+
+    @classmethod
+    def section_types(cls) -> dict[str, type]:
+        """For `dora.config`: the keys besides the fields, each built as a dataclass of its type."""
+        return dict(cls.SECTION_TYPES)
 
     def validate(self) -> None:
         if self.eta < 0:
@@ -87,22 +115,3 @@ class PolicyConfig:
             raise InputError(f"batch_size: must be >= 1 prompt group, got {self.batch_size}")
         if self.group_size < 0:
             raise InputError(f"group_size: must be >= 1 (or 0 for the trace's), got {self.group_size}")
-
-
-POLICY_NAMES = ("sync", "one_step", "partial", "laminar", "dora")
-
-
-def check_run(policies: list[str], steps: int, pc: PolicyConfig) -> None:
-    """Checks shared by both bodies' run configs: known policies, each once, enough steps, η for one_step."""
-    if steps < 2:
-        raise InputError(f"steps: must be >= 2 (steady-state metrics exclude the first step), got {steps}")
-    if not policies:
-        raise InputError("policies: name at least one policy")
-    for p in policies:
-        if p not in POLICY_NAMES:
-            raise InputError(f"policy {p!r}: unknown; choose from {', '.join(POLICY_NAMES)}")
-    if len(set(policies)) != len(policies):
-        raise InputError(f"policies: {policies} names a policy twice")
-    if "one_step" in policies and pc.eta < 1:
-        raise InputError("eta: one_step trains every batch one version late, so it needs eta >= 1; "
-                         "pass --eta 1 or more, or leave one_step out")

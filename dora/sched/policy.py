@@ -72,12 +72,12 @@ class Policy:
 
     def config_dict(self) -> dict:
         """Effective policy knobs (for --json config)."""
-        from dora.config import to_dict
+        from dataclasses import asdict
 
         section = getattr(self.cfg, self.name, None)
         out = {"eta": self.eta, "batch_size": self.B, "group_size": self.G, "placement": self.placement}
         if section is not None:
-            out.update(to_dict(section))
+            out.update(asdict(section))
         return out
 
     # ---- hooks (override) ----------------------------------------------------------------------

@@ -96,9 +96,6 @@ class InstView:
         """No trajectory is still in transit to this instance (it may be a migration source)."""
         return all(t.state == QUEUED_OR_RUNNING for t in self.active.values())
 
-    def active_of(self, version: int) -> int:
-        return sum(1 for t in self.active.values() if t.version == version)
-
 
 class ClusterView:
     """Bookkeeping common to all policies. Policies read it; `Policy` keeps it current."""

@@ -24,7 +24,8 @@ from dora.sched.policy import Policy
 from dora.sim.cost import CostModel
 from dora.sim.faults import FaultConfig, FaultDraws
 from dora.sim.imbalance import ImbalanceProcess
-from dora.sim.instance import GONE, RUNNING, WAITING, Instance, Seq
+from dora.sim.instance import GONE, Instance, Seq
+from dora.sim.order import ARRIVAL, BOUNDARY, FAULT, TRAINER
 from dora.sim.trainer import Trainer
 from dora.sim.weightsync import WeightSync, WeightSyncConfig
 from dora.trace import Trace
@@ -188,16 +189,17 @@ class Cluster:
         return schedule
 
     def _boundary_scheduler_for(self, iid: int) -> Callable[[float, tuple, int], None]:
-        """schedule(t, callbacks, arg): an event at t, ordered as kind 0 (instance boundaries),
+        """schedule(t, callbacks, arg): an event at t, ordered as kind BOUNDARY (`dora.sim.order`),
         that calls each of `callbacks` with itself (its `arg` attribute is `arg`)."""
         env = self.env
         queue: list[Any] = env._queue  # SimPy's event queue: (time, priority, id, event)
         eid = env._eid
+        prio = BOUNDARY * _KIND_STRIDE + iid
 
         def schedule(t: float, callbacks: tuple, arg: int) -> None:
             if t < env._now:
                 raise RuntimeError(f"scheduling in the past: {t} < {env._now}")
-            heapq.heappush(queue, (t, iid, next(eid), _Call(callbacks, arg)))
+            heapq.heappush(queue, (t, prio, next(eid), _Call(callbacks, arg)))
 
         return schedule
 
@@ -233,7 +235,7 @@ class Cluster:
                 f"{self.steps} steps: nothing left to simulate")
 
     # ---- time-varying MoE imbalance ---------------------------------------------------------------
-    # Background events (failures, recoveries, redraws; kind 4) recur for ever, so the end of
+    # Background events (failures, recoveries, redraws; kind FAULT) recur for ever, so the end of
     # work is no longer an empty queue. After one, if only background events are pending (the
     # cluster is idle), the run has stalled when no instance is down (no recovery can unblock
     # the policy), or when it has stayed idle, dispatching nothing and training nothing, for
@@ -247,7 +249,7 @@ class Cluster:
             if len(self.env._queue) == self._bg and not self.done.triggered:
                 self._check_idle()
 
-        self._scheduler_for(iid)(t, 4, fire)
+        self._scheduler_for(iid)(t, FAULT, fire)
 
     def _check_idle(self) -> None:
         now = self.env.now
@@ -492,7 +494,7 @@ class Cluster:
             p, r = self.plen[traj], self.rlen[traj]
             rows.append((traj, self.pid_of[traj], self.version_of[traj], p + r + tools.get(traj, 0), r))
         if self.cost.host_cores > 0:  # start once this instant's dispatches have reached the engines
-            self._scheduler_for(-1)(now, 3, lambda _: self._train_shared(rows, now))
+            self._scheduler_for(-1)(now, TRAINER, lambda _: self._train_shared(rows, now))
             return
         self.trainer.start(now, rows)
 
@@ -511,7 +513,7 @@ class Cluster:
     def _on_finish(self, s: Seq, inst: Instance, now: float) -> None:
         if self._latency > 0.0:  # the result reaches the policy request_latency_s later
             self._notifying[s.traj] = (s, inst, self._fail_epoch[inst.id])
-            self._scheduler_for(inst.id)(now + self._latency, 2, lambda _: self._notify(s.traj))
+            self._scheduler_for(inst.id)(now + self._latency, ARRIVAL, lambda _: self._notify(s.traj))
             return
         self._finished(s, inst, now)
 
@@ -559,7 +561,7 @@ class Cluster:
             ctx = s.ctx - s.prefill if s.multi else s.ctx  # (multi-turn: the context computed so far)
             dt = self.cost.kv_transfer_s(ctx) if kv else 0.0
             t = now + dt
-            self._scheduler_for(dst_i)(t, 2, lambda _: self._arrive(s, inst.id, dst_i, kv, t))
+            self._scheduler_for(dst_i)(t, ARRIVAL, lambda _: self._arrive(s, inst.id, dst_i, kv, t))
         elif why == "interrupt":
             self._end_row(s, inst, "interrupt", now)
             self.interrupted.setdefault(inst.id, []).append(s)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dora.errors import InputError
-from dora.sched.config import POLICY_NAMES, PolicyConfig, check_run  # noqa: F401 (re-export)
+from dora.sched.config import PolicyConfig
+from dora.sched.registry import check_run, names as policy_names
 from dora.sim.cost import CostModel
 from dora.sim.faults import FaultConfig
 from dora.sim.imbalance import ImbalanceConfig
@@ -39,7 +40,7 @@ class ClusterConfig:
 @dataclass
 class SimConfig:
     trace: str = "traces/moe_longtail.parquet"
-    policies: list[str] = field(default_factory=lambda: list(POLICY_NAMES))
+    policies: list[str] = field(default_factory=lambda: list(policy_names()))
     steps: int = 20  # trainer steps to simulate (versions published)
     seed: int = 0  # MoE imbalance draws
     reference: bool = False  # one event per decode step (slow; for checking the fast engine)

@@ -39,6 +39,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 from dora.sim.cost import CostModel
+from dora.sim.order import ARRIVAL, REPLAN
 
 if TYPE_CHECKING:
     from dora.eventlog import EventLog
@@ -174,7 +175,7 @@ class Instance:
         self.on_staged: Callable[[Instance, int], None] | None = None
         self.f_next = 0.0  # slowdown from the next run on (0: unchanged)
         # schedule_boundary(t, callbacks, tok): an event at t carrying `tok` whose callbacks are
-        # `callbacks` (this instance's `_boundary_cbs`), ordered as kind 0
+        # `callbacks` (this instance's `_boundary_cbs`), ordered as kind BOUNDARY
         self.schedule_boundary = schedule_boundary
         self._boundary_cbs = (self._boundary,)
         self.held = 0  # KV tokens pinned by sequences out of the batch (tool calls, queued after one)
@@ -223,9 +224,6 @@ class Instance:
         return self.C + self.held + self.n * j
 
     # ---- requests from the cluster -------------------------------------------------------------
-    def busy_now(self) -> bool:
-        return self.n > 0 or self.loading >= 0
-
     def submit(self, seq: Seq, now: float, front: bool = False) -> None:
         """Queue a sequence; it joins at the next step boundary at or after `now`."""
         seq.state = WAITING
@@ -289,7 +287,7 @@ class Instance:
             # At a boundary right now: re-plan at this instant (after all boundary events at now).
             if self.replan_at != now:
                 self.replan_at = now
-                self._schedule(now, 1, lambda _: self._replan())
+                self._schedule(now, REPLAN, lambda _: self._replan())
             return
         t = self.T0 + self.E + j * self.A + self.Bq * (j * (j - 1) // 2)  # T(j), j >= 1
         if t < self.pending_t:
@@ -540,7 +538,7 @@ class Instance:
             if self.n:
                 self.touch(now)  # KV use grew between boundaries: check it at the next one
         end = s.tool_end
-        self._schedule(end, 2, lambda _: self._tool_back(s, end))
+        self._schedule(end, ARRIVAL, lambda _: self._tool_back(s, end))
 
     def _tool_back(self, s: Seq, now: float) -> None:
         if self.tooling.get(s.traj) is not s or s.tool_end != now:
@@ -598,7 +596,7 @@ class Instance:
 
     def _await_load(self, done_t: float, version: int, mode: str, evict: int) -> None:
         tok = self.load_token
-        self._schedule(done_t, 2, lambda _: self._end_load(tok, done_t, version, mode, evict))
+        self._schedule(done_t, ARRIVAL, lambda _: self._end_load(tok, done_t, version, mode, evict))
 
     def _end_load(self, tok: int, now: float, version: int, mode: str, evict: int) -> None:
         if tok != self.load_token:
@@ -642,7 +640,7 @@ class Instance:
         self.A = self.Bq = self.E = 0.0
         tok = self.load_token
         done_t = now + dur
-        self._schedule(done_t, 2, lambda _: self._end_pause(tok, done_t, version, dur))
+        self._schedule(done_t, ARRIVAL, lambda _: self._end_pause(tok, done_t, version, dur))
 
     def _end_pause(self, tok: int, now: float, version: int, dur: float) -> None:
         if tok != self.load_token:

@@ -15,7 +15,7 @@ from dora.config import to_dict
 from dora.errors import InputError
 from dora.eventlog import EventLog
 from dora.metrics import compute_metrics
-from dora.sched.policies import POLICIES
+from dora.sched.registry import POLICIES
 from dora.sched.policy import Policy
 from dora.sched.state import ClusterView
 from dora.sim.bound import bound_samples_per_s, eta_bound_samples_per_s

@@ -6,6 +6,7 @@ from typing import Callable, Sequence
 
 from dora.eventlog import EventLog
 from dora.sim.cost import CostModel
+from dora.sim.order import TRAINER
 
 
 class Trainer:
@@ -39,7 +40,7 @@ class Trainer:
         self.speed = 1.0  # slowdown of the next step (a shared host's contention; set by the cluster)
         self.on_trained: Callable[[float], None] | None = None  # called when a step's compute ends
         for t in sorted(restart_at):
-            self._schedule(float(t), 3, lambda _, t=float(t): self._crash(t))
+            self._schedule(float(t), TRAINER, lambda _, t=float(t): self._crash(t))
 
     def start(self, now: float, rows: list[tuple[int, int, int, int, int]]) -> None:
         """rows: (traj, prompt_id, version, prompt + response tokens, response tokens) per trajectory."""
@@ -59,7 +60,7 @@ class Trainer:
         self.phase = "train"
         tok = self.token
         end = t0 + dt
-        self._schedule(end, 3, lambda _: self._end(tok, end, dt, tokens))
+        self._schedule(end, TRAINER, lambda _: self._end(tok, end, dt, tokens))
 
     def _end(self, tok: int, now: float, dt: float, tokens: int) -> None:
         if tok != self.token:
@@ -74,7 +75,7 @@ class Trainer:
     def _begin_publish(self, t: float, pub: float) -> None:
         self.phase = "publish"
         tok = self.token
-        self._schedule(t, 3, lambda _: self._publish(tok, t, pub))
+        self._schedule(t, TRAINER, lambda _: self._publish(tok, t, pub))
 
     def _publish(self, tok: int, now: float, pub: float) -> None:
         if tok != self.token:

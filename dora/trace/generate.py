@@ -119,7 +119,7 @@ FAMILY_FIELDS = ("mix_share", "mix_median", "mix_coupling", "turns_mean", "tool_
                  "tool_wait_sigma", "tool_tokens_median", "tool_tokens_sigma")
 
 
-# Presets follow the figures in shared/ANCHORS.md; traces/README.md says which.
+# Presets follow published figures (each preset's `source` names them); traces/README.md says which.
 PRESETS: dict[str, TraceParams] = {
     # MoE long-CoT reasoning (LongCat-Flash-Thinking / DORA): 64K cap for STEM RL, p99 ~ 10x median
     # (Laminar), last 10% of trajectories holding a large share of tokens (Seer), upward drift.
@@ -127,24 +127,24 @@ PRESETS: dict[str, TraceParams] = {
         name="moe_longtail", prompt_median=400, prompt_sigma=0.6, prompt_max=4096,
         median=3000, sigma=0.75, rho=0.55, tail_prob=0.035, tail_start=3.5, tail_alpha=1.3,
         tail_coupling=1.2, max_len=65536, drift=0.5, moe_imbalance_cv=0.15, seed=2604,
-        source="ANCHORS.md: LongCat 64K cap; Laminar p99 ~ 10x median; Seer tail share; DORA MoE imbalance",
+        source="LongCat 64K cap; Laminar p99 ~ 10x median; Seer tail share; DORA MoE imbalance",
     ),
     # Dense math RL (DAPO-32B on verl / AReaL math): short prompts, 20K cap, milder tail.
     "dense_math": TraceParams(
         name="dense_math", prompt_median=160, prompt_sigma=0.5, prompt_max=2048,
         median=1800, sigma=0.7, rho=0.6, tail_prob=0.03, tail_start=3.0, tail_alpha=1.8,
         tail_coupling=1.0, max_len=20480, drift=0.35, moe_imbalance_cv=0.0, seed=2505,
-        source="ANCHORS.md: AReaL math (max 27,648, 512x16), DAPO-32B rollout ~70% of step",
+        source="AReaL math (max 27,648, 512x16), DAPO-32B rollout ~70% of step",
     ),
     # Code / agentic: long prompts (repo context, tool transcripts), heavy tail, 32K cap.
     "code_agentic": TraceParams(
         name="code_agentic", prompt_median=1500, prompt_sigma=0.7, prompt_max=16384,
         median=2500, sigma=0.85, rho=0.45, tail_prob=0.05, tail_start=3.0, tail_alpha=1.2,
         tail_coupling=1.0, max_len=32768, drift=0.4, moe_imbalance_cv=0.0, seed=2510,
-        source="ANCHORS.md: ROLL Flash agentic; Applied Compute 99%/1% split; Seer 40-98K caps",
+        source="ROLL Flash agentic; Applied Compute 99%/1% split; Seer 40-98K caps",
     ),
     # ---- robustness grid: one trait pushed each way (figures plausible for the field; the
-    # ones not in ANCHORS.md are marked as such in `source`)
+    # ones without a published figure say so in `source`)
     # Heavy tail: Pareto alpha near 1 (infinite variance in the limit), a long-tail share twice
     # moe_longtail's and a 64K cap: the last 10% of requests hold most of the work (Seer's "up
     # to 50% of rollout time" and beyond).
@@ -152,7 +152,7 @@ PRESETS: dict[str, TraceParams] = {
         name="heavy_tail", prompt_median=400, prompt_sigma=0.6, prompt_max=4096,
         median=2000, sigma=0.8, rho=0.5, tail_prob=0.08, tail_start=3.0, tail_alpha=1.1,
         tail_coupling=1.2, max_len=65536, drift=0.3, moe_imbalance_cv=0.0, seed=2611,
-        source="ANCHORS.md: Seer last-10% share, 40-98K caps; Laminar p99 ~ 10x median (exceeded on purpose)",
+        source="Seer last-10% share, 40-98K caps; Laminar p99 ~ 10x median (exceeded on purpose)",
     ),
     # Light tail: alpha 3, rare tail, narrow body and a 16K cap (length-penalised or short-CoT
     # RL): p99/p50 around 3, long-tail scheduling has little to win.
@@ -160,7 +160,7 @@ PRESETS: dict[str, TraceParams] = {
         name="light_tail", prompt_median=300, prompt_sigma=0.5, prompt_max=4096,
         median=2000, sigma=0.45, rho=0.5, tail_prob=0.005, tail_start=2.0, tail_alpha=3.0,
         tail_coupling=1.0, max_len=16384, drift=0.2, moe_imbalance_cv=0.0, seed=2612,
-        source="not in ANCHORS.md: length-controlled RL (length penalties, short CoT), p99/p50 ~ 3",
+        source="no published figure: length-controlled RL (length penalties, short CoT), p99/p50 ~ 3",
     ),
     # Bimodal: hybrid thinking (Qwen3-style thinking / non-thinking modes, adaptive-thinking
     # RL): about a third of samples answer directly in a few hundred tokens, more often on
@@ -170,7 +170,7 @@ PRESETS: dict[str, TraceParams] = {
         median=5000, sigma=0.6, rho=0.5, tail_prob=0.03, tail_start=3.0, tail_alpha=1.5,
         tail_coupling=1.0, max_len=32768, drift=0.2, moe_imbalance_cv=0.0, seed=2613,
         mix_share=0.35, mix_median=500, mix_coupling=1.0,
-        source="not in ANCHORS.md: hybrid thinking modes (direct answers ~ 500 tokens vs long CoT ~ 5K)",
+        source="no published figure: hybrid thinking modes (direct answers ~ 500 tokens vs long CoT ~ 5K)",
     ),
     # Agentic with tool calls (SWE / search / code-execution agents): long prompts (task +
     # repository context), 1 + Poisson(5) turns (mostly 3-9), each tool call a lognormal wait
@@ -183,7 +183,7 @@ PRESETS: dict[str, TraceParams] = {
         tail_coupling=1.0, max_len=32768, drift=0.3, moe_imbalance_cv=0.0, seed=2614,
         turns_mean=6.0, tool_wait_s_median=5.0, tool_wait_sigma=0.9, tool_tokens_median=300,
         tool_tokens_sigma=0.8,
-        source="ANCHORS.md: ROLL Flash 2.72x agentic; turns, tool waits and outputs not in ANCHORS.md",
+        source="ROLL Flash 2.72x agentic; turns, tool waits and outputs not published",
     ),
     # Strong upward drift: the median grows 2.5x over the run (drift 1.5), as response lengths
     # of reasoning RL grow several-fold (LongCat raising its cap 48K -> 56K -> 64K as the p90
@@ -192,7 +192,7 @@ PRESETS: dict[str, TraceParams] = {
         name="drift_up", prompt_median=300, prompt_sigma=0.5, prompt_max=4096,
         median=1500, sigma=0.7, rho=0.55, tail_prob=0.03, tail_start=3.0, tail_alpha=1.5,
         tail_coupling=1.0, max_len=32768, drift=1.5, moe_imbalance_cv=0.0, seed=2615,
-        source="ANCHORS.md: LongCat caps 48K->56K->64K, upward drift; drift 1.5 is a strong case",
+        source="LongCat caps 48K->56K->64K, upward drift; drift 1.5 is a strong case",
     ),
     # Short and nearly uniform: median 400, sigma 0.15, no tail, a 1K cap (short-answer RL):
     # every trajectory of a step ends at about the same time, so a synchronous step wastes
@@ -201,7 +201,7 @@ PRESETS: dict[str, TraceParams] = {
         name="short_uniform", prompt_median=200, prompt_sigma=0.3, prompt_max=1024,
         median=400, sigma=0.15, rho=0.5, tail_prob=0.0, tail_start=4.0, tail_alpha=1.5,
         tail_coupling=1.0, max_len=1024, drift=0.0, moe_imbalance_cv=0.0, seed=2616,
-        source="not in ANCHORS.md: a control case with no long tail",
+        source="no published figure: a control case with no long tail",
     ),
 }
 

@@ -1,4 +1,4 @@
-"""Trace schema (shared/DESIGN.md): one parquet row per trajectory, validated on load."""
+"""Trace schema (documented in traces/README.md): one parquet row per trajectory, validated on load."""
 
 from __future__ import annotations
 

@@ -18,13 +18,13 @@ import pytest
 
 from dora.config import build
 from dora.exec.run_config import ExecConfig
-from dora.sched.policies import POLICIES
+from dora.sched.registry import POLICIES, names
 from dora.sched.record import recorded, replay
 
 STEPS, B, G = 4, 2, 4
 
 
-ALL = ["sync", "one_step", "partial", "laminar", "dora"]
+ALL = list(names())  # every registered policy
 
 
 def _config(model, out, runtime: str, faults: dict, backend: str = "hf", policies=("dora",), **extra) -> ExecConfig:

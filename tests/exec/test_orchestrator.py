@@ -12,10 +12,10 @@ import pytest
 
 from dora.config import build
 from dora.exec.run_config import ExecConfig
-from dora.sched.policies import POLICIES
+from dora.sched.registry import POLICIES, names
 from dora.sched.record import recorded, replay
 
-ALL = ["sync", "one_step", "partial", "laminar", "dora"]
+ALL = list(names())  # every registered policy
 
 
 def _config(model, backend: str, out, runtime: str = "ray") -> ExecConfig:

@@ -68,7 +68,7 @@ def test_old_profiles_without_requests_still_read(run, tmp_path):
 
 
 def test_profile_calibrates(run):
-    from dora.sim.calibrate import calibrate
+    from dora.sim.tools.calibrate import calibrate
 
     _, res = run
     cost, fits = calibrate([res.profile])

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from dora.sched import actions as A
-from dora.sched.policies import POLICIES
+from dora.sched.registry import POLICIES, names
 from dora.sim.run import make_policy, simulate
 from tests.conftest import small_config
 
-ALL = ["sync", "one_step", "partial", "laminar", "dora"]
+ALL = list(names())  # every registered policy
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,8 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from dora.eventlog import SEGMENT_END, SEGMENT_START
-from dora.sched.config import POLICY_NAMES
-from dora.sched.policies import POLICIES
+from dora.sched.registry import names as policy_names
+from dora.sched.registry import POLICIES
 from dora.sim.run import simulate
 from tests.sched import strategies as S
 
@@ -143,14 +143,14 @@ def check_run(case: S.Case, policy: str) -> dict:
 PHASES = list(Phase) if os.environ.get("DORA_SHRINK") else [Phase.explicit, Phase.reuse, Phase.generate]
 
 
-@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("policy", policy_names())
 @settings(phases=PHASES)
 @given(data=st.data())
 def test_policy_properties(policy, data):
     check_run(data.draw(S.cases(policy), label="case"), policy)
 
 
-@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("policy", policy_names())
 @settings(phases=PHASES)
 @given(data=st.data())
 def test_policy_properties_with_failures(policy, data):
@@ -159,7 +159,7 @@ def test_policy_properties_with_failures(policy, data):
     check_run(case, policy)
 
 
-@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("policy", policy_names())
 @settings(phases=PHASES)
 @given(data=st.data())
 def test_policy_properties_multi_turn(policy, data):
@@ -211,7 +211,7 @@ def test_repro_dora_c2_lost_eta0():
                     {"eta": 0, "batch_size": 4}, steps=2), "dora")
 
 
-@pytest.mark.parametrize("policy", POLICY_NAMES)
+@pytest.mark.parametrize("policy", policy_names())
 def test_repro_barrier_with_every_instance_down(policy):
     """The only instance is down at the publication: sync and one_step once waited forever for a
     weight-sync barrier over zero live instances."""

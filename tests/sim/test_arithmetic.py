@@ -151,7 +151,7 @@ def test_kv_reading_mid_run(tmp_path, monkeypatch, reference):
     for a reading then. Instance 0 holds nothing; instance 1 has done the steps that end by
     T(3) + L, where a step of one sequence at context 10+j takes a + b + c*(10+j) after a
     prefill of p*10: steps 4 and 5 end by then, step 6 does not, so it holds 10 + 5 tokens."""
-    from dora.sched.policies import POLICIES
+    from dora.sched.registry import POLICIES
 
     L = 0.025
     step = [A + B_SEQ + C_CTX * (10 + j) for j in range(60)]
@@ -253,7 +253,7 @@ def test_tool_wait_frees_the_slot(tmp_path, W):
 def _scripted(monkeypatch, act):
     """`sync` whose on_finished of trajectory 1 (the first time) calls act(policy, inst 1); it
     reads every instance's KV then and on each migration's arrival (into `readings`)."""
-    from dora.sched.policies import POLICIES
+    from dora.sched.registry import POLICIES
 
     readings: list[tuple[str, float, tuple]] = []
 

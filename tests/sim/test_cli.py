@@ -1,4 +1,4 @@
-"""`python -m dora.sim`: the table, --json with DESIGN.md's metric names, and bad input."""
+"""`python -m dora.sim`: the table, --json with the metric names, and bad input."""
 
 from __future__ import annotations
 
@@ -40,10 +40,9 @@ def test_all_policies_table_and_json(small_trace, tmp_path, capsys):
                      "policy"):
             assert knob in r["config"], knob
         assert (tmp_path / f"ev.{r['policy']}.parquet").is_file()
-    chk = subprocess.run([sys.executable, str(REPO.parent / "shared" / "tools" / "check_runs.py"), str(out)],
-                         capture_output=True, text=True)
-    if chk.returncode != 127 and (REPO.parent / "shared" / "tools" / "check_runs.py").exists():
-        assert chk.returncode == 0, chk.stdout + chk.stderr
+        m = r["metrics"]
+        assert m["c2_lost"] == m["c2_duplicated"] == m["c3_violations"] == 0
+        assert m["c1_violations"] == 0 or r["policy"] == "partial"  # partial continues groups across versions
 
 
 def test_deterministic_for_a_seed(small_trace, tmp_path):

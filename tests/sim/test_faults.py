@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dora.sched.registry import names
 from dora.errors import InputError
 from dora.sim.run import simulate
 from dora.trace import load_trace
 from tests.conftest import small_config, write_lengths
 from tests.sim.test_arithmetic import A, B_SEQ, C_CTX, COST, LOAD, P_TOK, PUBLISH, T0, T1
 
-POLICIES = ["sync", "one_step", "partial", "laminar", "dora"]
+POLICIES = list(names())  # every registered policy
 # the two-trajectory case of test_arithmetic: responses 3 and 5, prompts of 10, one instance
 T_STEP = [P_TOK * 20 + A + 2 * B_SEQ + C_CTX * 20]  # decode step ends, both running
 for _j in range(1, 3):
@@ -153,7 +154,7 @@ def test_no_deadlock_with_many_regenerations(policy):
 
 def test_a_stall_under_perpetual_failures_is_reported(small_trace, monkeypatch):
     """Failures recur for ever; a policy that stops scheduling must still end in a stall error."""
-    from dora.sched.policies import POLICIES
+    from dora.sched.registry import POLICIES
     from dora.sched.policies.dora import DoraPolicy
 
     class NeverTrains(DoraPolicy):  # a policy that never trains (compiled policies take subclasses)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dora.sched.policies import POLICIES
+from dora.sched.registry import POLICIES
 from dora.sim.run import simulate
 from dora.trace import load_trace
 from tests.conftest import small_config

@@ -7,13 +7,14 @@ import math
 
 import pytest
 
+from dora.sched.registry import names
 from dora.sim.run import simulate
 from dora.trace import load_trace
 from tests.conftest import small_config, write_lengths
 from tests.sim.test_arithmetic import COST, LOAD, PUBLISH
 from tests.sim.test_faults import ROLLOUT, TRAIN
 
-POLICIES = ["sync", "one_step", "partial", "laminar", "dora"]
+POLICIES = list(names())  # every registered policy
 
 
 def _step(tmp_path, instances: int = 1, **weights) -> float:

@@ -219,7 +219,7 @@ class DoraPolicy(StreamingPolicy):
             return False
         now, prog, old = self.now, self.prog, self.old
         dl = self.deadline(ver)
-        best, best_fin, best_gain = -1, 0.0, 0.0
+        best, best_fin = -1, 0.0
         looked = 0
         for load in reversed(old.loads(ver)):
             if load < 2 or looked >= _SOURCES_LOOKED_AT:
@@ -240,7 +240,7 @@ class DoraPolicy(StreamingPolicy):
                 move = cost.kv_move_s(ctx) if self._kv(tid, host, 0) else cost.reprefill_s(ctx, prog.f[host.id])
                 there = now + move + prog.time_left(tid, rem, now, host.id, 1, ctx)
                 if fin - there > 0.05 * (fin - now):
-                    best, best_fin, best_gain = tid, fin, fin - there
+                    best, best_fin = tid, fin
         if best < 0:
             return False
         self.move(best, host, 0)

@@ -18,7 +18,7 @@ parameter (dora/trace/generate.py TraceParams): the base parameters are those re
 The table (parquet, or CSV for a .csv path; `--csv` adds a CSV copy) has one row per run:
 - the swept keys as columns, named as given (`cluster.instances`, `policy.eta`, `tail_alpha`), except
   `steps`, which is a metric name (trainer steps completed): the configured value is `target_steps`;
-- `policy` and every metric of RunResult.metrics (DESIGN.md names, bound_samples_per_s, sim_wall_s, ...);
+- `policy` and every metric of RunResult.metrics (dora.metrics names, bound_samples_per_s, sim_wall_s, ...);
 - `speedup_vs_sync`: e2e_samples_per_s over sync's at the same grid point (NaN when sync did not run);
 - `scaling_efficiency`: when cluster.instances is swept, (e2e_samples_per_s / instances) over the
   same at the smallest instance count of that policy with every other axis fixed; 1.0 = linear;
@@ -71,7 +71,7 @@ class Axis:
 
 
 def parser() -> argparse.ArgumentParser:
-    from dora.sim.__main__ import parser as sim_parser
+    from dora.sim.cli import parser as sim_parser
 
     ap = ArgumentParser(prog="python -m dora.sim sweep", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -197,7 +197,7 @@ class Point:
 
 def _resolve(args: argparse.Namespace, sets: list[str], hardware: str | None, model: str | None,
              devices: int | None) -> SimConfig:
-    from dora.sim.__main__ import resolve_config
+    from dora.sim.cli import resolve_config
 
     ns = argparse.Namespace(**vars(args))
     ns.set = list(args.set) + sets

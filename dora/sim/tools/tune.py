@@ -71,7 +71,7 @@ def candidates(base: SimConfig, budget: int, eta_max: int, vpi_max: int, seed: i
 
 def apply(base: SimConfig, c: dict) -> SimConfig:
     dora = replace(base.policy.dora, **{k: v for k, v in c.items() if k != "eta"})
-    cfg = replace(base, policies=["dora"], policy=replace(base.policy, eta=c["eta"], dora=dora))
+    cfg = replace(base, policies=["dora"], policy=replace(base.policy, eta=c["eta"], sections={**base.policy.sections, "dora": dora}))
     cfg.validate()
     dora.validate()
     return cfg
@@ -134,7 +134,7 @@ def table(rows: list[dict], top: int = 10) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    from dora.sim.__main__ import parser as sim_parser
+    from dora.sim.cli import parser as sim_parser
 
     ap = sim_parser()
     ap.prog = "python -m dora.sim tune"
@@ -153,7 +153,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dora.sim.__main__ import resolve_config
+    from dora.sim.cli import resolve_config
 
     args = parser().parse_args(argv)
     with cli_errors("dora.sim tune"):

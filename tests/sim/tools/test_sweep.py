@@ -10,7 +10,7 @@ import pytest
 
 from dora.metrics import METRIC_NAMES
 from dora.plots.sweep import read_sweep
-from dora.sim.sweep import main
+from dora.sim.tools.sweep import main
 from dora.sim.run import simulate
 from dora.trace import load_trace
 from tests.conftest import REPO, small_config

@@ -11,9 +11,9 @@ import yaml
 from dora.errors import InputError
 from dora.profile import FORMAT, TABLES
 from dora.sim.__main__ import main as sim_main
-from dora.sim.__main__ import parser as sim_parser
-from dora.sim.__main__ import resolve_config
-from dora.sim.calibrate import calibrate, main
+from dora.sim.cli import parser as sim_parser
+from dora.sim.cli import resolve_config
+from dora.sim.tools.calibrate import calibrate, main
 from dora.sim.cost import CostModel
 
 TRUE = dict(decode_base_s=2.5e-3, decode_per_seq_s=1.2e-4, decode_per_ctx_token_s=3.0e-7, prefill_per_token_s=4.0e-5,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from dora.sim.tune import candidates, choose, main
+from dora.sim.tools.tune import candidates, choose, main
 from tests.conftest import small_config
 
 SMALL = ["--instances", "8", "--max-seqs", "16", "--trainer-devices", "4", "--devices-per-instance", "1",

@@ -8,7 +8,7 @@ from dataclasses import asdict
 import pytest
 
 from dora.eventlog import write_events
-from dora.sim.compare import HEADLINE, compare_files, main, rel_err
+from dora.sim.tools.compare import HEADLINE, compare_files, main, rel_err
 from dora.sim.cost import CostModel
 from dora.sim.run import simulate
 from dora.trace import load_trace

@@ -1,0 +1,1 @@
+"""The simulator's tools around its engine: sweeps, knob search, cost calibration, real-vs-simulated comparison."""
