@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from dora.errors import InputError
-from dora.plots.data import check_log, event_names, loads, segments, tool_calls, trainer_steps
+from dora.analysis import check_log, event_names, label_runs, loads, segments, tool_calls, trainer_steps
 
 TRAINER_PID = 1
 INSTANCE_PID0 = 100  # instance i is pid INSTANCE_PID0 + i
@@ -188,7 +188,6 @@ def write_perfetto(df: pd.DataFrame, path: str | Path) -> Path:
 def write_perfetto_runs(logs, out: str | Path) -> list[Path]:
     """What `--perfetto OUT.json` writes for the runs of one CLI call (dict policy -> log, or a list):
     one run -> OUT.json; several -> OUT.<policy>.json each (like --events). Returns the paths."""
-    from dora.plots.bubbles import label_runs
 
     runs = label_runs(logs)
     p = check_output(out)

@@ -74,3 +74,10 @@ def test_no_import_cycles():
     for mod in sorted(GRAPH):
         if mod not in state:
             visit(mod, [mod])
+
+
+def test_the_analysis_layer_sits_below_its_readers():
+    """Metrics and the analysis read the event log alone; plots and the Perfetto export read them."""
+    for mod in ("dora.metrics", "dora.analysis", "dora.perfetto", "dora.eventlog"):
+        assert not any(d.startswith(("dora.plots", "dora.sim", "dora.exec")) for d in GRAPH[mod]), (mod, GRAPH[mod])
+    assert "dora.analysis" in GRAPH["dora.perfetto"] and "dora.analysis" in GRAPH["dora.plots.timeline"]

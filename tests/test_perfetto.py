@@ -12,7 +12,7 @@ from dora.eventlog import EventLog, read_events, write_events
 from dora.errors import InputError
 from dora.perfetto import (INSTANCE_PID0, TRAINER_PID, main as perfetto_main, trace_events, write_perfetto,
                            write_perfetto_runs)
-from dora.plots.data import event_names, segments
+from dora.analysis import event_names, segments
 from dora.sim.run import simulate
 from tests.conftest import small_config
 

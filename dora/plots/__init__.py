@@ -8,8 +8,8 @@ From the command line:
 
 from pathlib import Path
 
-from dora.plots.bubbles import bubble_table, bubbles, label_runs
-from dora.plots.data import BUBBLE_PARTS, bubble_breakdown, segments, staleness
+from dora.analysis import BUBBLE_PARTS, bubble_breakdown, label_runs, segments, staleness
+from dora.plots.bubbles import bubble_table, bubbles
 from dora.plots.lengths import length_cdf
 from dora.plots.staleness_plot import staleness_hist
 from dora.plots.style import check_output, save

@@ -1,11 +1,11 @@
-"""Where the device-seconds go, per policy: stacked bars of dora.plots.data.bubble_breakdown."""
+"""Where the device-seconds go, per policy: stacked bars of dora.analysis.bubble_breakdown."""
 
 from __future__ import annotations
 
 import pandas as pd
 from matplotlib.patches import Patch
 
-from dora.plots.data import BUBBLE_LABELS, BUBBLE_PARTS, bubble_breakdown
+from dora.analysis import BUBBLE_LABELS, BUBBLE_PARTS, bubble_breakdown, label_runs
 from dora.plots.style import subplots
 
 PART_STYLE = {  # part -> (colour, hatch)
@@ -18,22 +18,6 @@ PART_STYLE = {  # part -> (colour, hatch)
     "trainer_waiting": ("#9467bd", ""),
     "down": ("black", ""),
 }
-
-
-def label_runs(logs) -> list[tuple[str, pd.DataFrame]]:
-    """(label, log) pairs from a dict {label: log} or a list of logs (labelled by their policy;
-    repeated policies get the trace name or an index added)."""
-    if isinstance(logs, dict):
-        return list(logs.items())
-    logs = list(logs)
-    names = [str(d.attrs.get("run", {}).get("policy", f"run {i}")) for i, d in enumerate(logs)]
-    if len(set(names)) < len(names):
-        traces = [str(d.attrs.get("run", {}).get("trace", "")).rsplit("/", 1)[-1].removesuffix(".parquet")
-                  for d in logs]
-        names = [f"{n}\n{t}" if t else f"{n} #{i}" for i, (n, t) in enumerate(zip(names, traces))]
-        if len(set(names)) < len(names):
-            names = [f"{n} #{i}" for i, n in enumerate(names)]
-    return list(zip(names, logs))
 
 
 def bubble_table(logs) -> pd.DataFrame:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dora.plots.bubbles import label_runs
-from dora.plots.data import check_log, staleness
+from dora.analysis import check_log, label_runs, staleness
 from dora.plots.style import policy_color, subplots
 
 

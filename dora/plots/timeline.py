@@ -4,7 +4,7 @@ How it is drawn (and why it stays fast at 1024 instances):
 - time is cut into `bins` equal bins (default 800) over the window; for every row, version
   and bin the mean number of trajectories the instance holds (queued or decoding; not those out
   of the batch in a tool call) is computed exactly from the paired segments and tool calls
-  (dora.plots.data.bin_time: O(segments + rows x bins));
+  (dora.analysis.bin_time: O(segments + rows x bins));
 - a row's height is split between the versions in proportion to those trajectories (stacked
   share, colour = policy version), and the colour's strength is the slot occupancy (held
   trajectories / max_seqs, capped at 1): a pale row is mostly empty decode slots, white is idle;
@@ -28,7 +28,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from dora.errors import InputError
-from dora.plots.data import (event_names, check_log, step_window, loads, run_end, segments, tool_calls, trainer_steps,
+from dora.analysis import (event_names, check_log, step_window, loads, run_end, segments, tool_calls, trainer_steps,
                              bin_time)
 from dora.plots.style import LOAD_COLOR, VERSION_CYCLE, subplots, version_color, version_colors
 

@@ -1,5 +1,6 @@
-"""What the plots read from an event log: paired segments, intervals, binned occupancy,
-the bubble decomposition and per-trajectory staleness. No matplotlib here.
+"""The analysis layer: what plots, the Perfetto export and notebooks read from an event log —
+paired segments, intervals, binned occupancy, the bubble decomposition, run labels — computed
+once here (staleness and the metrics themselves: `dora.metrics`). No matplotlib here.
 
 Segments: the rows of one trajectory that start a segment (dispatch, migrate_in, resume) and
 end one (finish, abort, migrate_out, interrupt, lost, end) alternate in time; each start is
@@ -15,6 +16,7 @@ import pandas as pd
 
 from dora.errors import InputError
 from dora.eventlog import COLUMNS, SEGMENT_END, SEGMENT_START
+from dora.metrics import staleness  # noqa: F401 (the one definition; read here by the plots)
 
 
 def event_names(df: pd.DataFrame) -> np.ndarray:
@@ -216,26 +218,6 @@ def bin_time(t0: np.ndarray, t1: np.ndarray, key: np.ndarray, n_keys: int, edges
     return out
 
 
-def generating_version(df: pd.DataFrame) -> pd.Series:
-    """Generating version of each trained trajectory, as dora.metrics takes it: the lowest version
-    of its segments that made tokens (the train row's version if none did). Index: train rows."""
-    ev = event_names(df)
-    tr = df[ev == "train"]
-    seg = df[np.isin(ev, SEGMENT_END)]
-    made = seg[(seg["tokens"].to_numpy() > 0) & np.isin(seg["trajectory"].to_numpy(), tr["trajectory"].to_numpy())]
-    vmin = made.groupby("trajectory")["version"].min()
-    g = vmin.reindex(tr["trajectory"].to_numpy()).to_numpy().astype(float)
-    g = np.where(np.isnan(g), tr["version"].to_numpy(), g)
-    return pd.Series(g.astype(np.int64), index=tr.index)
-
-
-def staleness(df: pd.DataFrame) -> np.ndarray:
-    """Per trained trajectory: trainer version at consumption minus generating version."""
-    ev = event_names(df)
-    tv = df["trainer_version"].to_numpy()[ev == "train"].astype(np.int64)
-    return tv - generating_version(df).to_numpy()
-
-
 BUBBLE_PARTS = ("useful", "empty_slots", "untrained_work", "weight_loading", "waiting_for_trainer", "idle",
                 "trainer_waiting", "down")
 BUBBLE_LABELS = {
@@ -352,3 +334,19 @@ def bubble_breakdown(df: pd.DataFrame, run: dict | None = None) -> dict:
     out["total"] = float(total)
     out["bubble_ratio"] = 1.0 - out["useful"] / total if total > 0 else 0.0
     return out
+
+
+def label_runs(logs) -> list[tuple[str, pd.DataFrame]]:
+    """(label, log) pairs from a dict {label: log} or a list of logs (labelled by their policy;
+    repeated policies get the trace name or an index added)."""
+    if isinstance(logs, dict):
+        return list(logs.items())
+    logs = list(logs)
+    names = [str(d.attrs.get("run", {}).get("policy", f"run {i}")) for i, d in enumerate(logs)]
+    if len(set(names)) < len(names):
+        traces = [str(d.attrs.get("run", {}).get("trace", "")).rsplit("/", 1)[-1].removesuffix(".parquet")
+                  for d in logs]
+        names = [f"{n}\n{t}" if t else f"{n} #{i}" for i, (n, t) in enumerate(zip(names, traces))]
+        if len(set(names)) < len(names):
+            names = [f"{n} #{i}" for i, n in enumerate(names)]
+    return list(zip(names, logs))
