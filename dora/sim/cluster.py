@@ -24,7 +24,7 @@ from dora.sched.policy import Policy
 from dora.sim.cost import CostModel
 from dora.sim.faults import FaultConfig, FaultDraws
 from dora.sim.imbalance import ImbalanceProcess
-from dora.sim.instance import GONE, Instance, Seq
+from dora.sim.instance import ABORT, GONE, MIGRATE, Instance, Seq, Stop
 from dora.sim.order import ARRIVAL, BOUNDARY, FAULT, TRAINER
 from dora.sim.trainer import Trainer
 from dora.sim.weightsync import WeightSync, WeightSyncConfig
@@ -427,21 +427,21 @@ class Cluster:
             return  # already finished or gone
         iid = self.where[a.traj]
         if iid < 0:
-            s.stop = "abort:" + a.reason  # in transit: dropped on arrival
+            s.stop = Stop(ABORT, a.reason)  # in transit: dropped on arrival
             return
         if s.state == GONE:
             waiting = self.interrupted.get(iid)
             if waiting is None or s not in waiting:
                 # it finished at the boundary being processed, its finish not yet delivered:
                 # it is logged as aborted when its turn comes
-                s.stop = "abort:" + a.reason
+                s.stop = Stop(ABORT, a.reason)
                 return
             waiting.remove(s)  # interrupted, waiting for its instance's reload
             self.log.add(now, "abort", iid, s.traj, s.prompt_id, s.version, detail=a.reason)
             del self.seqs[s.traj]
             del self.where[s.traj]
             return
-        self.instances[iid].request_stop(s, "abort:" + a.reason, now)
+        self.instances[iid].request_stop(s, Stop(ABORT, a.reason), now)
 
     def _migrate(self, a: A.Migrate, now: float) -> None:
         if a.traj in self._notifying:
@@ -455,8 +455,8 @@ class Cluster:
         if s.version not in self.instances[a.dst].versions and self.instances[a.dst].loading != s.version:
             raise RuntimeError(f"policy bug: migrate version {s.version} to instance {a.dst} "
                                f"holding {sorted(self.instances[a.dst].versions)}")
-        s.stop = ""
-        self.instances[src].request_stop(s, f"migrate:{a.dst}:{int(a.kv)}", now)
+        s.stop = None
+        self.instances[src].request_stop(s, Stop(MIGRATE, dst=a.dst, kv=a.kv), now)
 
     def _load(self, a: A.LoadVersion, now: float) -> None:
         inst = self.instances[a.instance]
@@ -464,7 +464,7 @@ class Cluster:
             raise RuntimeError(f"policy bug: weight load on failed instance {a.instance}")
         if a.mode == "drain":
             other = [s for s in list(inst.running.values()) + list(inst.waiting) + list(inst.tooling.values())
-                     if s.version != a.version and not s.stop]
+                     if s.version != a.version and s.stop is None]
             if other:
                 raise RuntimeError(f"policy bug: drain-load of version {a.version} on instance {a.instance} "
                                    f"with {len(other)} trajectories of other versions")
@@ -537,24 +537,26 @@ class Cluster:
             self.where.pop(traj, None)
             self.deliver(E.TrajectoryLost(traj, inst.id, "instance failure"))
             return
-        if s.stop.startswith("abort"):  # aborted by the policy before it learnt of the finish
-            self._end_row(s, inst, "abort", now, detail=s.stop[6:])
+        stop = s.stop
+        if stop is not None and stop.kind == ABORT:  # aborted by the policy before it learnt of the finish
+            self._end_row(s, inst, "abort", now, detail=stop.reason)
             del self.seqs[traj]
             self.where.pop(traj, None)
             return
-        s.stop = ""  # a migration asked meanwhile came too late: it finished where it was
+        s.stop = None  # a migration asked meanwhile came too late: it finished where it was
         self._finished(s, inst, now)
 
     def _on_stopped(self, s: Seq, inst: Instance) -> None:
         now = self.env.now
         why = s.stop
-        if why.startswith("abort"):
-            self._end_row(s, inst, "abort", now, detail=why[6:])
+        if why is None:
+            raise RuntimeError(f"trajectory {s.traj} stopped without a stop request")
+        if why.kind == ABORT:
+            self._end_row(s, inst, "abort", now, detail=why.reason)
             del self.seqs[s.traj]
             self.where.pop(s.traj, None)
-        elif why.startswith("migrate"):
-            _, dst, kv_flag = why.split(":")
-            dst_i, kv = int(dst), kv_flag == "1"
+        elif why.kind == MIGRATE:
+            dst_i, kv = why.dst, why.kv
             self._end_row(s, inst, "migrate_out", now, detail=f"to {dst_i}")
             self.where[s.traj] = -1
             self.migrations += 1
@@ -562,22 +564,21 @@ class Cluster:
             dt = self.cost.kv_transfer_s(ctx) if kv else 0.0
             t = now + dt
             self._scheduler_for(dst_i)(t, ARRIVAL, lambda _: self._arrive(s, inst.id, dst_i, kv, t))
-        elif why == "interrupt":
+        else:  # INTERRUPT
             self._end_row(s, inst, "interrupt", now)
             self.interrupted.setdefault(inst.id, []).append(s)
-        else:
-            raise RuntimeError(f"unknown stop reason {why!r}")
 
     def _arrive(self, s: Seq, src: int, dst: int, kv: bool, now: float) -> None:
         if not self.instances[dst].alive:  # its destination failed while it was in transit
             self.log.add(now, "lost", dst, s.traj, s.prompt_id, s.version, detail="instance failure")
             del self.seqs[s.traj]
             self.where.pop(s.traj, None)
-            if not s.stop.startswith("abort"):
+            if not s.aborting():
                 self.deliver(E.TrajectoryLost(s.traj, dst, "instance failure"))
             return
-        if s.stop.startswith("abort"):
-            self.log.add(now, "abort", dst, s.traj, s.prompt_id, s.version, detail=s.stop[6:])
+        stop = s.stop
+        if stop is not None and stop.kind == ABORT:
+            self.log.add(now, "abort", dst, s.traj, s.prompt_id, s.version, detail=stop.reason)
             del self.seqs[s.traj]
             self.where.pop(s.traj, None)
             return

@@ -50,6 +50,25 @@ WAITING, RUNNING, GONE, TOOL = 0, 1, 2, 3
 # would be, and cheaper to compare.
 _SHIFT = 32
 _MASK = (1 << _SHIFT) - 1
+# kinds of stop request (Stop.kind)
+ABORT, MIGRATE, INTERRUPT = 0, 1, 2
+
+
+class Stop:
+    """A pending stop request of a sequence: an abort (`reason`: the policy's), a migration (to
+    instance `dst`, with its KV cache or re-prefilled there) or an interrupt (its instance swaps
+    weights under it)."""
+
+    __slots__ = ("kind", "reason", "dst", "kv")
+
+    def __init__(self, kind: int, reason: str = "", dst: int = -1, kv: bool = False) -> None:
+        self.kind = kind
+        self.reason = reason
+        self.dst = dst
+        self.kv = kv
+
+
+_INTERRUPTED = Stop(INTERRUPT)
 
 
 class Seq:
@@ -76,7 +95,7 @@ class Seq:
         self.busy = 0.0  # decode-slot device-seconds in this segment
         self.prefill_s = 0.0  # device-seconds of first prefills (prompt, tool output; re-prefill is not counted)
         self.fresh = fresh  # tokens of the pending prefill prefilled for the first time (useful work)
-        self.stop = ""  # pending stop request: abort | migrate | interrupt
+        self.stop: Stop | None = None  # pending stop request
         # multi-turn trajectories (see the module docstring); a one-turn trajectory keeps the defaults
         self.multi = False  # more than one turn
         self.rest = 0  # tokens of the turns after the current one
@@ -85,6 +104,10 @@ class Seq:
         self.tool = 0  # tool-output tokens appended by each call
         self.tool_end = -1.0  # end of the tool call under way (-1: none)
         self.held = 0  # KV tokens pinned on the instance while it is out of the batch
+
+    def aborting(self) -> bool:
+        stop = self.stop
+        return stop is not None and stop.kind == ABORT
 
     def split_turns(self, turns: int, wait_s: float, tool: int) -> None:
         """Make this (fresh) trajectory one of `turns` turns with a tool call between turns."""
@@ -233,7 +256,7 @@ class Instance:
             self.waiting.append(seq)
         self.touch(now)
 
-    def request_stop(self, seq: Seq, why: str, now: float) -> None:
+    def request_stop(self, seq: Seq, why: Stop, now: float) -> None:
         """Stop a sequence (abort / migrate / interrupt): at once if waiting, else at the next boundary."""
         if seq.state == WAITING or seq.state == TOOL:
             if seq.state == WAITING:
@@ -245,8 +268,8 @@ class Instance:
             seq.stop = why
             self._on_stopped(seq, self)
             return
-        if seq.stop:
-            if why.startswith("abort"):
+        if seq.stop is not None:
+            if why.kind == ABORT:
                 seq.stop = why  # an abort overrides a pending migration or interrupt
             return
         seq.stop = why
@@ -383,11 +406,11 @@ class Instance:
                 if s.calls:  # the end of a turn: a tool call follows
                     self._tool_call(s, now)
                     continue
-                if s.stop:
-                    if s.stop.startswith("abort"):
+                if s.stop is not None:
+                    if s.stop.kind == ABORT:
                         self._on_stopped(s, self)  # aborted while its finish was being delivered
                         continue
-                    s.stop = ""
+                    s.stop = None
                 self._on_finish(s, self, now)
         while self.stops:
             stops, self.stops = self.stops, []
@@ -519,11 +542,11 @@ class Instance:
         """`s` (out of the batch at this boundary) ended a turn: its tool call starts. A pending
         abort drops it; a pending migration moves it, the call going on meanwhile."""
         s.tool_end = now + s.wait_s
-        if s.stop.startswith("abort"):
+        if s.aborting():
             self._on_stopped(s, self)
             return
         self.log.add(now, "tool_start", self.id, s.traj, s.prompt_id, s.version, tokens=s.ctx, dur_s=s.wait_s)
-        if s.stop:
+        if s.stop is not None:
             self._on_stopped(s, self)  # a migration: the tool call goes on while it moves
             return
         s.held = s.ctx
@@ -587,7 +610,7 @@ class Instance:
         if mode == "interrupt":
             for s in list(self.running.values()):
                 self._leave(s)
-                s.stop = "interrupt"
+                s.stop = _INTERRUPTED
                 self._on_stopped(s, self)
             self.heap.clear()  # nothing runs: every entry is stale
         self.T0 = now
