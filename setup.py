@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent
 # dora/sched/policies/ (a new policy file is compiled too), the simulator's instance and cluster
 COMPILED = [
     "dora/eventlog.py",
+    "dora/body.py",
     "dora/sched/actions.py",
     "dora/sched/events.py",
     "dora/sched/state.py",

@@ -305,7 +305,7 @@ def record(args: argparse.Namespace, res, seed: int) -> None:
 def one_run(args: argparse.Namespace, model: str, policy: str, seed: int) -> dict:
     import shutil
 
-    from dora.exec.orchestrator import run_policies
+    from dora.exec.run import run_policies
 
     shutil.rmtree(snapshot_dir(args, policy, seed), ignore_errors=True)
     (res,) = run_policies(exec_config(args, model, policy, seed), progress=not args.quiet)

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"the executor needs its extra ({e.name} is missing): pip install -e '.[exec]' "
                              "(CPU machines: '.[exec-cpu]')") from None
         from dora.eventlog import events_path, write_events
-        from dora.exec.orchestrator import run_policies
+        from dora.exec.run import run_policies
         from dora.report import EXEC_ROWS, add_ratios, table, write_json
 
         results = run_policies(cfg, progress=not args.quiet)

@@ -18,29 +18,24 @@ events/actions and the actors, writing the same event log as the simulator:
 A decode slot's share of the instance is charged to each segment (busy_s = seconds held ×
 devices / max_num_seqs), so bubble ratios are computed by the same code as in simulation.
 
-Faults (dora/exec/faults.py): a dead engine actor (any call raising RayActorError) becomes a
-`fail` row, `lost` rows for its live trajectories, and InstanceFailed / TrajectoryLost for
-the policy, as in the simulator; a replacement actor may come back (`recover`). A weight load
-that raises is retried (`load_fail`) or the instance retired. A dead trainer is restarted from
-its last checkpoint, re-trains the batches consumed since, and redoes the cut step
-(`trainer_restart`), so each group is trained once.
+The fault path (dead engines, replacements, failed loads, trainer restarts) is beside this
+normal path, in `dora.exec.recovery`; starting the runtime and gathering results, in
+`dora.exec.run`; the trainer's actor, in `dora.exec.trainer_actor`.
 """
 
 from __future__ import annotations
 
-import csv
 import math
-import os
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from dora.body import Body, run_info as body_run_info
 from dora.errors import InputError
 from dora.eventlog import EventLog
-from dora.exec.engine.base import EngineBusyError, EngineStateLost
+from dora.exec.engine.base import EngineBusyError
 from dora.exec.faults import actor_errors, cut_last_tensor
+from dora.exec.recovery import Recovery
 from dora.exec.run_config import ExecConfig
 from dora.sched import actions as A
 from dora.sched import events as E
@@ -62,69 +57,7 @@ def wall_at(t_perf: float) -> float:
     return best[1]
 
 
-@dataclass
-class ExecResult:
-    policy: str
-    config: dict
-    metrics: dict
-    events: Any  # pandas DataFrame
-    trace_rows: list[dict]
-    steps: list[dict]
-    profile: dict | None = None  # dora.profile: timings for calibration
-
-
-class TrainerActor:
-    """Ray actor body around dora.exec.trainer.Trainer."""
-
-    def __init__(self, model: str, cfg, out: str):
-        from dora.exec.trainer import Trainer
-
-        self.trainer = Trainer(model, cfg)
-        self.out = Path(out)
-
-    def step(self, batch) -> dict:
-        return self.trainer.step(batch)
-
-    def weights(self) -> dict:
-        return self.trainer.state_dict_for_publish()
-
-    def save_weights(self, version: int) -> str:
-        return str(self.trainer.save_weights(self.out / "weights" / f"v{version}"))
-
-    def save_checkpoint(self, data_state: dict | None = None) -> str:
-        return str(self.trainer.save_checkpoint(self.out / "checkpoint", data_state=data_state))
-
-    def resume(self) -> dict:
-        """Load the last checkpoint if there is one; its data-consumption state (version 0 and
-        nothing trained when there is none: the trainer starts from the model itself)."""
-        from dora.exec.trainer import latest_checkpoint, read_data_state
-
-        ckpt = latest_checkpoint(self.out / "checkpoint")
-        if ckpt is None:
-            return {"version": 0, "trained_groups": []}
-        self.trainer.load_checkpoint(ckpt)
-        state = read_data_state(ckpt)
-        if state.get("version") != self.trainer.version:
-            raise RuntimeError(f"checkpoint {ckpt}: data state of version {state.get('version')} beside trainer "
-                               f"version {self.trainer.version}")
-        return state
-
-    def resume_and_step(self, batches: dict[int, list], step: int) -> tuple[dict, dict]:
-        """After a restart: load the last checkpoint (version c), re-train the batches of steps
-        c+1..step-1 in order (their versions were published already), then train `step`'s batch.
-        `batches` holds every step's batch the checkpoint may be missing. Returns the step's
-        stats and {checkpoint, replayed, trained_groups (the checkpoint's), resume_s}."""
-        t0 = time.perf_counter()
-        state = self.resume()
-        ckpt = int(state["version"])
-        for v in range(ckpt + 1, step):
-            self.trainer.step(batches[v])
-        info = {"checkpoint": ckpt, "replayed": step - 1 - ckpt, "trained_groups": state["trained_groups"],
-                "resume_s": time.perf_counter() - t0}
-        return self.trainer.step(batches[step]), info
-
-
-class Orchestrator:
+class Orchestrator(Recovery, Body):
     """Runs one policy for `cfg.steps` trainer steps on live engines; returns its event log."""
 
     def __init__(self, cfg: ExecConfig, name: str, engines: list, trainer, tokenizer, examples, progress: bool = True,
@@ -151,12 +84,8 @@ class Orchestrator:
         self.policy: Policy = POLICIES[name](pc)
         r = cfg.rollout
         self.slots = r.max_num_seqs
-        self.run_info = {
-            "policy": name, "model": cfg.model, "eta": pc.eta, "batch_size": pc.batch_size, "group_size": pc.group_size,
-            "steps": cfg.steps, "instances": r.instances, "devices_per_instance": 1, "rollout_devices": r.instances,
-            "trainer_devices": 1, "colocated": False, "elastic_instances": [], "max_seqs": r.max_num_seqs,
-            "backend": r.backend, "body": "exec",
-        }
+        self.run_info = body_run_info("exec", name, pc.eta, pc.batch_size, pc.group_size, cfg.steps, r.instances, 1,
+                                      r.instances, 1, False, [], r.max_num_seqs, model=cfg.model, backend=r.backend)
         self.log = EventLog(self.run_info)
         self.t0 = time.perf_counter()
         self.t0_wall = wall_at(self.t0)  # engines stamp requests with time.time()
@@ -212,37 +141,31 @@ class Orchestrator:
         for a in actions:
             self.apply(a)
 
-    def apply(self, a: A.Action) -> None:
-        t = type(a)
-        now = self.now()
-        if t is A.SampleGroups:
-            specs = []
-            G = self.cfg.policy.group_size
-            for _ in range(a.count):
-                k = self.next_draw % len(self.examples)
-                pid = self.next_draw
-                self.next_draw += 1
-                self.example_of[pid] = k
-                self.drawn_at[pid] = self.version
-                specs.append(E.GroupSpec(pid, G, len(self.prompt_ids[k])))
-                self.log.add(now, "sample", prompt_id=pid, tokens=G, detail=a.reason)
-            self.deliver(E.GroupsSampled(tuple(specs)))
-        elif t is A.Dispatch:
-            self._dispatch(a, now)
-        elif t is A.Migrate:
-            self._migrate(a, now)
-        elif t is A.Abort:
-            self._abort(a, now)
-        elif t is A.RegenerateGroup:
-            self.log.add(now, "regenerate", prompt_id=a.prompt_id, tokens=self.cfg.policy.group_size, detail=a.reason)
-        elif t is A.LoadVersion:
-            self._load(a, now)
-        elif t is A.Train:
-            self._train(a, now)
-        elif t is A.ReadKV:
-            self.deliver(E.KVRead(a.instances, self._kv_in_use(a.instances)))
-        else:
-            raise TypeError(f"unknown action {a!r}")
+    # ---- the body contract (dora.body.Body: its `apply` is the action table) ------------------------
+    def clock(self) -> float:
+        return self.now()
+
+    def event_log(self) -> EventLog:
+        return self.log
+
+    def draw(self, count: int) -> list[E.GroupSpec]:
+        """The next prompts of the task, in order (wrapping around), as groups of G."""
+        specs = []
+        G = self.cfg.policy.group_size
+        for _ in range(count):
+            k = self.next_draw % len(self.examples)
+            pid = self.next_draw
+            self.next_draw += 1
+            self.example_of[pid] = k
+            self.drawn_at[pid] = self.version
+            specs.append(E.GroupSpec(pid, G, len(self.prompt_ids[k])))
+        return specs
+
+    def group_size(self) -> int:
+        return self.cfg.policy.group_size
+
+    def kv_in_use(self, instances: tuple[int, ...]) -> tuple[int, ...]:
+        return self._kv_in_use(instances)
 
     def _request(self, traj: int, version: int):
         from dora.exec.engine import GenRequest, SamplingConfig
@@ -476,125 +399,6 @@ class Orchestrator:
             used.append(n)
         return tuple(used)
 
-    # ---- faults -----------------------------------------------------------------------------------------
-    def _live_on(self, inst: int) -> list[int]:
-        return [t for t, w in self.where.items() if w == inst and t in self.seg]
-
-    def _maybe_kill_instance(self) -> None:
-        fa = self.faults
-        if self.killed_instance or fa.kill_instance_at_step < 0 or self.version < fa.kill_instance_at_step:
-            return
-        if self.last_fin_t < self.pub_t[fa.kill_instance_at_step]:
-            return  # mid-generation: once a trajectory of this step has finished somewhere
-        inst = fa.kill_instance
-        if inst in self.dead or not self._live_on(inst):
-            return  # and while the instance holds live trajectories, so that the kill loses some
-        self.killed_instance = True
-        self.injected_dead.add(inst)
-        self.ray.kill(self.engines[inst])
-
-    def _instance_died(self, inst: int, why: str) -> None:
-        """A dead actor: its live trajectories are lost; the policy hears it as in the simulator."""
-        now = self.now()
-        self.dead.add(inst)
-        self.held[inst] = -1
-        if inst in self.injected_dead:
-            why += ", injected kill"
-        self.log.add(now, "fail", inst, detail=why)
-        lost = self._live_on(inst)
-        view = self.policy.view
-        for traj in lost:  # what they generated died with the actor: the segment ends with its tokens unknown
-            self._end_segment(traj, "lost", self.seg[traj][1], now, view.trajs[traj].version,
-                              detail="instance failure")
-            self.where.pop(traj, None)
-        for fut in [f for f, v in self.loads.items() if v[0] == inst]:
-            del self.loads[fut]
-        self.deliver(E.InstanceFailed(inst))
-        for traj in lost:
-            self.deliver(E.TrajectoryLost(traj, inst, "instance failure"))
-        if self.faults.restart_instances and self.start_engine is not None and inst not in self.no_restart:
-            eng = self.start_engine(inst)
-            self.engines[inst] = eng
-            self.recovering[eng.ready.remote()] = (inst, -1, now)  # then it loads the newest version
-        if len(self.dead) == len(self.engines) and not self.recovering:
-            raise RuntimeError(f"policy {self.name}: every rollout instance has failed")
-
-    def _on_recovered(self, fut, inst: int, version: int, t_start: float) -> None:
-        """A replacement actor is up (version -1: then it loads the newest published version) or
-        has loaded `version`: the instance is back."""
-        try:
-            self.ray.get(fut)
-        except Exception as e:  # noqa: BLE001 - the replacement failed too: the instance stays down
-            self.no_restart.add(inst)
-            self.log.add(self.now(), "fail", inst, detail=f"replacement failed: {type(e).__name__}")
-            return
-        if version < 0 and self.version > 0:
-            eng, v = self.engines[inst], self.version
-            if self.cfg.rollout.weight_sync == "tensors":
-                nxt = eng.load_weights.remote(v, self.weights[v], "drain")
-            else:
-                nxt = eng.load_checkpoint.remote(v, self.weights[v], "drain")
-            self.recovering[nxt] = (inst, v, t_start)
-            return
-        version = max(version, 0)
-        now = self.now()
-        self.dead.discard(inst)
-        self.held[inst] = version
-        self.log.add(now, "recover", inst, version=version, dur_s=now - t_start)
-        self.deliver(E.InstanceRecovered(inst, version))
-
-    def _load_failed(self, inst: int, version: int, mode: str, t_start: float, err: BaseException) -> None:
-        """Retry a failed load with intact weights, or retire the instance after load_retries failures."""
-        now = self.now()
-        n = self.load_failures[(inst, version)] = self.load_failures.get((inst, version), 0) + 1
-        msg = " ".join(str(err).split())[:160]
-        self.log.add(now, "load_fail", inst, version=version, detail=f"{mode}: {type(err).__name__}: {msg}",
-                     dur_s=now - t_start)
-        lost = isinstance(err, EngineStateLost)  # the backend cannot redo a load: no retry
-        if not lost and n <= self.faults.load_retries and version in self.weights:
-            self._send_load(inst, version, mode, t_start)
-            return
-        self.retired.add(inst)
-        self.ray.kill(self.engines[inst])
-        why = "its engine cannot redo a load" if lost else f"{n} failed attempts"
-        self._instance_died(inst, f"retired: loading version {version} failed ({why})")
-
-    def _restart_trainer(self, why: str) -> None:
-        """A new trainer actor resumes from the last checkpoint, re-trains what was consumed since
-        and redoes the cut step (one call, so rollout goes on meanwhile); checked in _on_redone."""
-        t = self.now()
-        _, _, rows, tokens = self.train_job
-        step = self.version + 1
-        self.ray.kill(self.trainer)
-        self.trainer = self.start_trainer()
-        since = {v: self.batches[v] for v in range(self.ckpt_version + 1, step + 1)}
-        fut = self.trainer.resume_and_step.remote(since, step)
-        self.train_job = (fut, t, rows, tokens)
-        self.restarting = (t, why, step)
-
-    def _on_redone(self, info: dict, step_time_s: float) -> float:
-        """The restarted trainer's report: check exactly-once consumption, log `trainer_restart`;
-        returns when the redone step began (for its train_end row)."""
-        t, why, step = self.restarting
-        self.restarting = None
-        ckpt = int(info["checkpoint"])
-        # exactly once: the checkpoint's groups + the re-trained ones are every group trained so far, each once
-        done = [p for v in range(1, step) for p in self.trained_at[v]]
-        again = [p for v in range(ckpt + 1, step) for p in self.trained_at[v]]
-        if sorted(info["trained_groups"] + again) != sorted(done) or len(set(done + self.trained_at[step])) != \
-                len(done) + len(self.trained_at[step]):
-            raise RuntimeError(f"trainer restart: checkpoint v{ckpt} + re-trained steps do not hold the groups "
-                               f"trained so far exactly once")
-        began = self.now() - step_time_s
-        detail = f"train: {why}; checkpoint v{ckpt}, re-trained {info['replayed']} steps, redo step {step}"
-        self.log.add(t, "trainer_restart", trainer_version=self.version, dur_s=max(began - t, 0.0), detail=detail)
-        self.restarts.append({"t_s": t, "checkpoint": ckpt, "replayed": info["replayed"], "step": step,
-                              "restart_s": began - t, "resume_s": info["resume_s"]})
-        if self.progress:
-            print(f"  [{self.name}] trainer restarted ({detail}): back after {began - t:.1f} s",
-                  file=sys.stderr, flush=True)
-        return began
-
     # ---- main loop ------------------------------------------------------------------------------------
     def _poll(self) -> bool:
         live = [i for i in range(len(self.engines)) if i not in self.dead and i not in self.dying]
@@ -695,124 +499,9 @@ class Orchestrator:
             n = len(part.token_ids) if part is not None else self.seg[traj][1]
             version = part.version if part is not None else self.policy.view.trajs[traj].version
             self._end_segment(traj, "end", n, now, version)
-        for tid, pid, version, size, state in self.policy.view.leftovers():
-            self.log.add(now, "leftover", traj=tid, prompt_id=pid, version=version, tokens=size, detail=state)
-        self.log.add(now, "run_end", trainer_version=self.version)
+        self.close_log(self.policy.view, now, self.version)
         for fut in list(self.loads) + list(self.recovering) + [f for f, _ in self.saves]:
             try:
                 self.ray.get(fut)
             except Exception:  # noqa: BLE001 - the run is over; a load or save cut short no longer matters
                 pass
-
-
-def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
-    """Start the runtime (Ray, or in-process with runtime 'local'), then for each policy in turn
-    its engines and a trainer, and run it on the same task."""
-    from transformers import AutoTokenizer
-
-    from dora.exec.engine import EngineConfig
-    from dora.exec.engine.actor import EngineActor
-    from dora.metrics import compute_metrics
-
-    r = cfg.rollout
-    try:
-        tok = AutoTokenizer.from_pretrained(cfg.model)
-    except OSError as e:
-        raise InputError(f"model {cfg.model}: cannot load its tokenizer ({type(e).__name__}); pass a local "
-                         "checkpoint directory (python -m dora.exec.tiny_model --out DIR) or a hub id") from None
-    from dora.exec.tasks import examples_for_task
-
-    examples = examples_for_task(cfg.task)
-    if cfg.runtime == "local":
-        from dora.exec.local_runtime import LocalActor, LocalRuntime
-
-        ray = LocalRuntime()
-        gpu = 0.0
-
-        # one after the other: transformers' model loading is not safe in concurrent threads
-        def start_engine(ecfg: EngineConfig, i: int):
-            return LocalActor(EngineActor, ecfg, i, threads=4).wait_built()
-
-        def start_trainer(run_dir: Path):
-            return LocalActor(TrainerActor, cfg.model, cfg.trainer, str(run_dir)).wait_built()
-    else:
-        import ray
-
-        from dora.exec.engine.actor import remote_engine
-
-        if not ray.is_initialized():
-            if cfg.ray_address:
-                ray.init(address=cfg.ray_address, log_to_driver=False)
-            else:
-                ray.init(num_cpus=max(os.cpu_count() or 1, r.instances + 2), include_dashboard=False,
-                         log_to_driver=False)
-        # on a GPU box the engines and the trainer share the GPUs there are (fractions of one, or one each)
-        gpus = ray.cluster_resources().get("GPU", 0)
-        gpu = min(1.0, gpus / (r.instances + 1)) if gpus else 0
-
-        def start_engine(ecfg: EngineConfig, i: int):
-            return remote_engine(ecfg, instance=i, num_cpus=1, num_gpus=gpu)
-
-        def start_trainer(run_dir: Path):
-            return ray.remote(TrainerActor).options(num_cpus=1, num_gpus=gpu).remote(cfg.model, cfg.trainer,
-                                                                                     str(run_dir))
-    def engine_config(i: int) -> EngineConfig:
-        return EngineConfig(model=cfg.model, backend=r.backend, device=r.device, dtype=r.dtype,
-                            max_num_seqs=r.max_num_seqs, max_model_len=r.max_model_len, seed=cfg.seed + i,
-                            cpu_threads=r.cpu_threads, kv_cache_bytes=r.kv_cache_bytes)
-
-    out: list[ExecResult] = []
-    for name in cfg.policies:
-        run_dir = Path(cfg.out) / name
-        engines = [start_engine(engine_config(i), i) for i in range(r.instances)]
-        trainer = start_trainer(run_dir)
-        ray.get([e.ready.remote() for e in engines])
-        if progress:
-            print(f"running {name}: {r.instances} {r.backend} engines + trainer ready", file=sys.stderr, flush=True)
-        orch = Orchestrator(cfg, name, engines, trainer, tok, examples, progress, runtime=ray,
-                            start_engine=lambda i: start_engine(engine_config(i), i),
-                            start_trainer=lambda d=run_dir: start_trainer(d))
-        orch.run()
-        ray.get(orch.trainer.save_checkpoint.remote(orch.data_state()))
-        alive = [i for i in range(len(orch.engines)) if i not in orch.dead]
-        stats_of = dict(zip(alive, ray.get([orch.engines[i].stats.remote() for i in alive])))
-        engine_stats = [stats_of.get(i, {}) for i in range(len(orch.engines))]
-        for i in alive:
-            ray.get(orch.engines[i].close.remote())
-        for e in orch.engines:
-            ray.kill(e)
-        ray.kill(orch.trainer)
-        df = orch.log.to_frame().sort_values("t_s", kind="stable").reset_index(drop=True)
-        df.attrs["run"] = orch.run_info
-        metrics = compute_metrics(df, orch.run_info)
-        metrics["wall_s"] = orch.now()
-        metrics["reward_final"] = orch.step_rows[-1].get("reward_mean", float("nan")) if orch.step_rows else float("nan")
-        _write_steps_csv(run_dir / "steps.csv", orch.step_rows)
-        from dora.profile import build_profile, write_profile
-
-        profile = build_profile(df, engine_stats, orch.run_info, orch.requests)
-        profile["wall_s"] = metrics["wall_s"]
-        profile["host_loadavg_1m"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0  # shared-host check
-        profile["host_cpus"] = os.cpu_count() or 0
-        profile["t0_wall_s"] = orch.t0_wall
-        write_profile(profile, run_dir / "profile.json")
-        config = {k: v for k, v in orch.run_info.items() if k not in ("policy", "body")}
-        from dora.config import to_dict
-
-        config.update(seed=cfg.seed, rollout=to_dict(cfg.rollout), trainer=to_dict(cfg.trainer), task=to_dict(cfg.task),
-                      policy=orch.policy.config_dict(), checkpoint_every=cfg.checkpoint_every,
-                      faults=to_dict(cfg.faults))
-        out.append(ExecResult(name, config, metrics, df, orch.trace_rows, orch.step_rows, profile))
-    return out
-
-
-def _write_steps_csv(path: Path, rows: list[dict]) -> None:
-    if not rows:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    keys = sorted({k for r in rows for k in r})
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
-

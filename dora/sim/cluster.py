@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
+from dora.body import Body
 from dora.errors import InputError
 from dora.eventlog import EventLog, pack_row
 from dora.sched import actions as A
@@ -86,7 +87,7 @@ class ClusterSpec:
     stragglers: np.ndarray | None = None  # per instance, the part of `slowdowns` that is not MoE imbalance
 
 
-class Cluster:
+class Cluster(Body):
     """Runs one policy on one trace until the trainer has published `steps` versions."""
 
     # slots: the per-event paths read these attributes millions of times (a new one goes here too)
@@ -336,30 +337,22 @@ class Cluster:
         for a in self.policy.handle(ev, self.env._now):
             self.apply(a)
 
-    def apply(self, a: A.Action) -> None:
-        now = self.env._now
-        if type(a) is A.Dispatch:
-            self._dispatch(a, now)
-        elif type(a) is A.SampleGroups:
-            groups = self.data.draw(a.count)
-            for g in groups:
-                self.log.add(now, "sample", prompt_id=g.prompt_id, tokens=g.group_size, detail=a.reason)
-            self.deliver(E.GroupsSampled(tuple(groups)))
-        elif type(a) is A.Train:
-            self._train(a, now)
-        elif type(a) is A.LoadVersion:
-            self._load(a, now)
-        elif type(a) is A.Migrate:
-            self._migrate(a, now)
-        elif type(a) is A.Abort:
-            self._abort(a, now)
-        elif type(a) is A.RegenerateGroup:
-            self.log.add(now, "regenerate", prompt_id=a.prompt_id, tokens=self.data.G, detail=a.reason)
-        elif type(a) is A.ReadKV:
-            insts = self.instances
-            self.deliver(E.KVRead(a.instances, tuple(insts[i].kv_used(now) for i in a.instances)))
-        else:
-            raise TypeError(f"unknown action {a!r}")
+    # ---- the body contract (dora.body.Body: its `apply` is the action table) ------------------------
+    def clock(self) -> float:
+        return self.env._now
+
+    def event_log(self) -> EventLog:
+        return self.log
+
+    def draw(self, count: int) -> list[E.GroupSpec]:
+        return self.data.draw(count)
+
+    def group_size(self) -> int:
+        return self.data.G
+
+    def kv_in_use(self, instances: tuple[int, ...]) -> tuple[int, ...]:
+        now, insts = self.env._now, self.instances
+        return tuple(insts[i].kv_used(now) for i in instances)
 
     def _dispatch(self, a: A.Dispatch, now: float) -> None:
         inst = self.instances[a.instance]
@@ -688,4 +681,4 @@ class Cluster:
                 self._end_row(s, inst, "end", now)
         for s, inst, _ in self._notifying.values():  # finished, result still on its way
             self._end_row(s, inst, "end", now)
-        self.log.add(now, "run_end", trainer_version=self.trainer.version)
+        self.close_log(self.policy.view, now, self.trainer.version)

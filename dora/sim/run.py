@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dora.body import run_info as body_run_info
 from dora.config import to_dict
 from dora.errors import InputError
 from dora.eventlog import EventLog
@@ -105,12 +106,9 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
                                 c.trainer_devices, cfg.policy.batch_size * G, slow_all)
     eta_bound = eta_bound_samples_per_s(trace, cfg.cost, c.instances, c.devices_per_instance, c.max_seqs, c.kv_tokens,
                                         c.trainer_devices, cfg.policy.batch_size, cfg.policy.eta, cfg.steps, slow_all)
-    run_info = {
-        "policy": name, "trace": trace.path, "eta": cfg.policy.eta, "batch_size": cfg.policy.batch_size,
-        "group_size": G, "steps": cfg.steps, "instances": n_inst, "devices_per_instance": c.devices_per_instance,
-        "rollout_devices": rollout_devices, "trainer_devices": 0 if colocated else c.trainer_devices,
-        "colocated": colocated, "elastic_instances": elastic, "max_seqs": c.max_seqs, "kv_tokens": c.kv_tokens, "body": "sim",
-    }
+    run_info = body_run_info("sim", name, cfg.policy.eta, cfg.policy.batch_size, G, cfg.steps, n_inst,
+                             c.devices_per_instance, rollout_devices, 0 if colocated else c.trainer_devices, colocated,
+                             elastic, c.max_seqs, trace=trace.path, kv_tokens=c.kv_tokens)
     log = EventLog(run_info)
     wall0 = time.perf_counter()
     last = [wall0]
@@ -127,7 +125,6 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
                           progress=report, faults=cfg.faults, seed=cfg.seed, weights=cfg.weights,
                           imbalance=ImbalanceProcess(cfg.imbalance, imbalance_cv(cfg, trace), cfg.seed))
         cluster.run()
-        _log_leftovers(cluster, policy)
         wall = time.perf_counter() - wall0
         df = log.to_frame()
         m = compute_metrics(df, run_info)
@@ -169,9 +166,3 @@ def _gc_paused():
     finally:
         if on:
             gc.enable()
-
-
-def _log_leftovers(cluster: Cluster, policy: Policy) -> None:
-    now = cluster.env.now
-    for tid, pid, version, size, state in policy.view.leftovers():
-        cluster.log.add(now, "leftover", traj=tid, prompt_id=pid, version=version, tokens=size, detail=state)

@@ -40,7 +40,7 @@ def _config(model, out, runtime: str, faults: dict, backend: str = "hf", policie
 
 
 def _run(cfg: ExecConfig):
-    from dora.exec.orchestrator import run_policies
+    from dora.exec.run import run_policies
 
     try:
         results = run_policies(cfg, progress=False)

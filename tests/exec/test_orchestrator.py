@@ -37,7 +37,7 @@ def runs(request, tiny_model_dir, tmp_path_factory):
         pytest.importorskip("vllm")
     import ray
 
-    from dora.exec.orchestrator import run_policies
+    from dora.exec.run import run_policies
 
     backend, _, runtime = request.param.partition("-")
     cfg = _config(tiny_model_dir, backend, tmp_path_factory.mktemp("exec"), runtime or "ray")
@@ -87,7 +87,7 @@ def test_engines_answer_kv_reads(tiny_model_dir, tmp_path, monkeypatch):
     generated tokens of its running requests, and the answers are in the log for replay."""
     import json
 
-    from dora.exec.orchestrator import run_policies
+    from dora.exec.run import run_policies
 
     class Reading(POLICIES["sync"]):
         def on_finished(self, traj, inst, group_done):

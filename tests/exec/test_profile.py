@@ -12,7 +12,7 @@ from dora.profile import TABLES, read_profile
 
 @pytest.fixture(scope="module")
 def run(tiny_model_dir, tmp_path_factory):
-    from dora.exec.orchestrator import run_policies
+    from dora.exec.run import run_policies
 
     out = tmp_path_factory.mktemp("prof")
     cfg = build(ExecConfig, {

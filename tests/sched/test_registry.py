@@ -141,7 +141,7 @@ def tiny_model_dir(tmp_path_factory):
 
 def test_the_executor_runs_it(sixth, tiny_model_dir, tmp_path):
     """In-process runtime, transformers engines: the same registry entry, the same config key."""
-    from dora.exec.orchestrator import run_policies
+    from dora.exec.run import run_policies
     from dora.exec.run_config import ExecConfig
 
     cfg = build(ExecConfig, {

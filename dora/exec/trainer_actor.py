@@ -1,0 +1,58 @@
+"""The trainer's actor: a Ray (or in-process) actor body around `dora.exec.trainer.Trainer`,
+with the checkpoint save / resume / re-train calls the executor's recovery uses."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+class TrainerActor:
+    """Ray actor body around dora.exec.trainer.Trainer."""
+
+    def __init__(self, model: str, cfg, out: str):
+        from dora.exec.trainer import Trainer
+
+        self.trainer = Trainer(model, cfg)
+        self.out = Path(out)
+
+    def step(self, batch) -> dict:
+        return self.trainer.step(batch)
+
+    def weights(self) -> dict:
+        return self.trainer.state_dict_for_publish()
+
+    def save_weights(self, version: int) -> str:
+        return str(self.trainer.save_weights(self.out / "weights" / f"v{version}"))
+
+    def save_checkpoint(self, data_state: dict | None = None) -> str:
+        return str(self.trainer.save_checkpoint(self.out / "checkpoint", data_state=data_state))
+
+    def resume(self) -> dict:
+        """Load the last checkpoint if there is one; its data-consumption state (version 0 and
+        nothing trained when there is none: the trainer starts from the model itself)."""
+        from dora.exec.trainer import latest_checkpoint, read_data_state
+
+        ckpt = latest_checkpoint(self.out / "checkpoint")
+        if ckpt is None:
+            return {"version": 0, "trained_groups": []}
+        self.trainer.load_checkpoint(ckpt)
+        state = read_data_state(ckpt)
+        if state.get("version") != self.trainer.version:
+            raise RuntimeError(f"checkpoint {ckpt}: data state of version {state.get('version')} beside trainer "
+                               f"version {self.trainer.version}")
+        return state
+
+    def resume_and_step(self, batches: dict[int, list], step: int) -> tuple[dict, dict]:
+        """After a restart: load the last checkpoint (version c), re-train the batches of steps
+        c+1..step-1 in order (their versions were published already), then train `step`'s batch.
+        `batches` holds every step's batch the checkpoint may be missing. Returns the step's
+        stats and {checkpoint, replayed, trained_groups (the checkpoint's), resume_s}."""
+        t0 = time.perf_counter()
+        state = self.resume()
+        ckpt = int(state["version"])
+        for v in range(ckpt + 1, step):
+            self.trainer.step(batches[v])
+        info = {"checkpoint": ckpt, "replayed": step - 1 - ckpt, "trained_groups": state["trained_groups"],
+                "resume_s": time.perf_counter() - t0}
+        return self.trainer.step(batches[step]), info
