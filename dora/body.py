@@ -7,11 +7,13 @@ table from action to effect. Three effects are the same in both bodies and live 
 row; the policy has aborted the group's trajectories already) and reading KV use (answer
 `KVRead`). The others are each body's own: `_dispatch`, `_migrate`, `_abort`, `_load`,
 `_train`. `run_info` is the run description both bodies give the event log and the metrics;
-`close_log` writes the rows that end a run.
+`close_log` writes the rows that end a run; `RunResult` is what a run returns (the executor's
+adds its trained trajectories, per-step rows and profile).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import mypyc_attr
@@ -105,6 +107,17 @@ class Body:
         for tid, pid, version, size, state in view.leftovers():
             log.add(now, "leftover", traj=tid, prompt_id=pid, version=version, tokens=size, detail=state)
         log.add(now, "run_end", trainer_version=trainer_version)
+
+
+@mypyc_attr(native_class=False)  # a plain dataclass: the executor's result extends it
+@dataclass
+class RunResult:
+    """One policy's run: its name, its config as run, its metrics and its event log (a DataFrame)."""
+
+    policy: str
+    config: dict
+    metrics: dict
+    events: Any
 
 
 def run_info(body: str, policy: str, eta: int, batch_size: int, group_size: int, steps: int, instances: int,

@@ -9,8 +9,8 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from dora.body import RunResult
 from dora.errors import InputError
 from dora.exec.orchestrator import Orchestrator
 from dora.exec.run_config import ExecConfig
@@ -18,11 +18,9 @@ from dora.exec.trainer_actor import TrainerActor
 
 
 @dataclass
-class ExecResult:
-    policy: str
-    config: dict
-    metrics: dict
-    events: Any  # pandas DataFrame
+class ExecResult(RunResult):
+    """A real run: `RunResult` plus its trained trajectories (trace rows), per-step rows and profile."""
+
     trace_rows: list[dict]
     steps: list[dict]
     profile: dict | None = None  # dora.profile: timings for calibration

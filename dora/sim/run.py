@@ -6,12 +6,10 @@ import gc
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
-from dora.body import run_info as body_run_info
+from dora.body import RunResult, run_info as body_run_info
 from dora.config import to_dict
 from dora.errors import InputError
 from dora.eventlog import EventLog
@@ -25,14 +23,6 @@ from dora.sim.config import SimConfig
 from dora.sim.faults import straggler_factors
 from dora.sim.imbalance import ImbalanceProcess
 from dora.trace import Trace
-
-
-@dataclass
-class RunResult:
-    policy: str
-    config: dict
-    metrics: dict
-    events: pd.DataFrame
 
 
 def imbalance_cv(cfg: SimConfig, trace: Trace) -> float:
