@@ -31,7 +31,7 @@ class Body:
     __slots__ = ()
 
     # ---- what each body provides ------------------------------------------------------------------
-    def clock(self) -> float:
+    def now(self) -> float:
         """The body's time now (simulated or wall seconds since the run began)."""
         raise NotImplementedError
 
@@ -69,7 +69,7 @@ class Body:
 
     # ---- the table ----------------------------------------------------------------------------------
     def apply(self, a: A.Action) -> None:
-        now = self.clock()
+        now = self.now()
         t = type(a)
         if t is A.Dispatch:
             self._dispatch(a, now)  # type: ignore[arg-type]

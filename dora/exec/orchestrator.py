@@ -142,9 +142,6 @@ class Orchestrator(Recovery, Body):
             self.apply(a)
 
     # ---- the body contract (dora.body.Body: its `apply` is the action table) ------------------------
-    def clock(self) -> float:
-        return self.now()
-
     def event_log(self) -> EventLog:
         return self.log
 
@@ -164,8 +161,6 @@ class Orchestrator(Recovery, Body):
     def group_size(self) -> int:
         return self.cfg.policy.group_size
 
-    def kv_in_use(self, instances: tuple[int, ...]) -> tuple[int, ...]:
-        return self._kv_in_use(instances)
 
     def _request(self, traj: int, version: int):
         from dora.exec.engine import GenRequest, SamplingConfig
@@ -384,7 +379,7 @@ class Orchestrator(Recovery, Body):
                 "trained_groups": sorted(p for ver, ps in self.trained_at.items() if ver <= self.version for p in ps),
                 "buffer": sorted(int(p) for p in v.buffer), "policy": self.name}
 
-    def _kv_in_use(self, instances: tuple[int, ...]) -> tuple[int, ...]:
+    def kv_in_use(self, instances: tuple[int, ...]) -> tuple[int, ...]:
         """These engines' KV-cache tokens in use (0 for a dead one)."""
         refs = {i: self.engines[i].kv_in_use.remote() for i in instances
                 if i not in self.dead and i not in self.dying}

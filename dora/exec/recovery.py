@@ -13,7 +13,6 @@ once. Injected faults (`dora/exec/faults.py`) come through the same paths.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from dora.exec.engine.base import EngineStateLost
 from dora.sched import events as E
@@ -21,14 +20,6 @@ from dora.sched import events as E
 
 class Recovery:
     """Fault handling for `Orchestrator` (which defines every attribute used here)."""
-
-    # the orchestrator's state these methods use (see Orchestrator.__init__)
-    ray: Any
-    engines: list
-    where: dict
-    seg: dict
-    dead: set
-    faults: Any
 
     def _live_on(self, inst: int) -> list[int]:
         return [t for t, w in self.where.items() if w == inst and t in self.seg]

@@ -100,9 +100,6 @@ class PolicyConfig:
             raise AttributeError(f"PolicyConfig has no field or policy section {name!r}")
         return sections[name]
 
-    def section(self, name: str) -> Any:
-        return self.sections[name]
-
     @classmethod
     def section_types(cls) -> dict[str, type]:
         """For `dora.config`: the keys besides the fields, each built as a dataclass of its type."""

@@ -338,7 +338,7 @@ class Cluster(Body):
             self.apply(a)
 
     # ---- the body contract (dora.body.Body: its `apply` is the action table) ------------------------
-    def clock(self) -> float:
+    def now(self) -> float:
         return self.env._now
 
     def event_log(self) -> EventLog:
