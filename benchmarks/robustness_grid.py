@@ -186,6 +186,7 @@ BASELINES = ("sync", "one_step", "laminar", "laminar_norepack")  # dora must bea
 # --ablation: dora with one mechanism flipped from its default (dora/sched/config.py DoraConfig);
 # entries naming a key the config does not have (yet) are skipped with a note
 ABLATIONS: dict[str, list[str]] = {
+    "spread_starts_off": ["policy.dora.spread_starts=false"],
     "spread_tails_off": ["policy.dora.spread_tails=false"],
     "consolidate_off": ["policy.dora.consolidate=false"],
     "migrate_kv_off": ["policy.dora.migrate_kv=false"],
@@ -804,7 +805,7 @@ def heatmap(summ: pd.DataFrame, out: Path, title: str) -> Path:
     ax.set_xlabel("dora / best baseline (log scale; dashed: 1.10)", fontsize=9)
     ax.set_title("every configuration, by trace family", fontsize=10, loc="left")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0)
     fig.suptitle(title, fontsize=11)
     return save(fig, out)
 

@@ -19,14 +19,14 @@ A decode slot's share of the instance is charged to each segment (busy_s = secon
 devices / max_num_seqs), so bubble ratios are computed by the same code as in simulation.
 
 The fault path (dead engines, replacements, failed loads, trainer restarts) is beside this
-normal path, in `dora.exec.recovery`; starting the runtime and gathering results, in
+normal path, in `dora.exec.recovery`; the trainer side (a batch to the trainer, the new version
+published), in `dora.exec.training`; starting the runtime and gathering results, in
 `dora.exec.run`; the trainer's actor, in `dora.exec.trainer_actor`.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import time
 from typing import Any
 
@@ -36,6 +36,7 @@ from dora.eventlog import EventLog
 from dora.exec.engine.base import EngineBusyError
 from dora.exec.faults import actor_errors, cut_last_tensor
 from dora.exec.recovery import Recovery
+from dora.exec.training import Training
 from dora.exec.run_config import ExecConfig
 from dora.sched import actions as A
 from dora.sched import events as E
@@ -57,7 +58,7 @@ def wall_at(t_perf: float) -> float:
     return best[1]
 
 
-class Orchestrator(Recovery, Body):
+class Orchestrator(Training, Recovery, Body):
     """Runs one policy for `cfg.steps` trainer steps on live engines; returns its event log."""
 
     def __init__(self, cfg: ExecConfig, name: str, engines: list, trainer, tokenizer, examples, progress: bool = True,
@@ -258,35 +259,6 @@ class Orchestrator(Recovery, Body):
             fut = eng.load_checkpoint.remote(version, src, mode)
         self.loads[fut] = (inst, version, mode, t_start)
 
-    def _train(self, a: A.Train, now: float) -> None:
-        from dora.exec.trainer import Trajectory
-
-        batch, rows = [], []
-        for traj in a.trajs:
-            r = self.results[traj]
-            pid, sidx, t_disp = self.meta[traj]
-            ex = self.examples[self.example_of[pid]]
-            text = self.tok.decode(r.token_ids, skip_special_tokens=True)
-            reward = float(self.reward_fn(text, ex.answer))
-            gen_version = r.versions[0] if r.versions else r.version
-            del self.results[traj]
-            batch.append(Trajectory(list(r.prompt_ids), list(r.token_ids), list(r.logprobs), gen_version, pid, reward,
-                                    trajectory_id=traj, finish_reason=r.finish_reason))
-            self.log.add(now, "train", -1, traj, pid, gen_version, self.version, tokens=len(r.token_ids))
-            rows.append({"prompt_id": pid, "sample_idx": sidx, "prompt_len": len(r.prompt_ids),
-                         "response_len": len(r.token_ids), "finish_reason": "length" if r.finish_reason == "length"
-                         else "stop", "reward": reward, "version": gen_version, "instance": self.fin_inst.get(traj, -1),
-                         "t_start_s": t_disp, "t_end_s": self.fin_t.get(traj, now),
-                         "step": self.drawn_at.get(pid, self.version)})
-        tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in batch)
-        self.log.add(now, "train_start", trainer_version=self.version, tokens=tokens)
-        self.batches[self.version + 1] = batch
-        self.trained_at[self.version + 1] = list(a.prompt_ids)
-        self.train_job = (self.trainer.step.remote(batch), now, rows, tokens)
-        if self.faults.kill_trainer_at_step == self.version + 1 and not self.killed_trainer:
-            self.killed_trainer = True  # fault injection: the trainer dies during this step
-            self.ray.kill(self.trainer)
-
     # ---- completions ----------------------------------------------------------------------------------
     def _on_result(self, inst: int, r) -> None:
         traj = int(r.request_id)
@@ -334,50 +306,6 @@ class Orchestrator(Recovery, Body):
         self.log.add(now, "load_end", inst, version=version, detail=mode, dur_s=now - t_start)
         self.held[inst] = version
         self.deliver(E.WeightsLoaded(inst, version))
-
-    def _on_trained(self, stats: dict, t_start: float, rows: list[dict], tokens: int) -> None:
-        now = self.now()
-        self.log.add(now, "train_end", trainer_version=self.version, tokens=tokens, dur_s=now - t_start,
-                     busy_s=now - t_start)
-        self.version += 1
-        if self.cfg.rollout.weight_sync == "tensors":
-            ref = self.trainer.weights.remote()
-            self.ray.wait([ref])
-        else:
-            ref = self.ray.get(self.trainer.save_weights.remote(self.version))
-        self.weights[self.version] = ref
-        self.pub_t[self.version] = self.now()
-        for old in [v for v in self.weights if v < self.version - self.cfg.policy.eta - 1]:
-            del self.weights[old]
-        pub = self.now()
-        self.log.add(pub, "publish", version=self.version, trainer_version=self.version, dur_s=pub - now)
-        every = self.cfg.checkpoint_every
-        if every > 0 and self.version % every == 0 and self.version < self.cfg.steps:
-            # queued on the trainer before its next step; written to a temporary dir and renamed
-            self.saves.append((self.trainer.save_checkpoint.remote(self.data_state()), self.version))
-        self.trace_rows.extend(rows)
-        step_s = pub - self.last_pub
-        self.last_pub = pub
-        row = {"step": self.version, "t_s": pub, "step_time_s": step_s, **{k: float(v) for k, v in stats.items()}}
-        self.step_rows.append(row)
-        if self.progress:
-            from dora.metrics import compute_metrics
-
-            bubble = compute_metrics(self.log.to_frame(), self.run_info)["bubble_ratio"]  # so far
-            print(f"  [{self.name}] step {self.version}/{self.cfg.steps}  reward {stats.get('reward_mean', 0):.3f}  "
-                  f"staleness {stats.get('staleness_mean', 0):.2f} (max {stats.get('staleness_max', 0):.0f})  "
-                  f"resp {stats.get('response_len_mean', 0):.1f} tok  {len(rows) / max(step_s, 1e-9):.2f} samples/s  "
-                  f"bubble {bubble:.2f}  "
-                  f"wall {pub:.1f} s", file=sys.stderr, flush=True)
-        if self.version < self.cfg.steps:
-            self.deliver(E.VersionPublished(self.version))
-
-    def data_state(self) -> dict:
-        """The driver's data-consumption state at the current version (saved with a checkpoint)."""
-        v = self.policy.view
-        return {"version": self.version, "next_draw": self.next_draw,
-                "trained_groups": sorted(p for ver, ps in self.trained_at.items() if ver <= self.version for p in ps),
-                "buffer": sorted(int(p) for p in v.buffer), "policy": self.name}
 
     def kv_in_use(self, instances: tuple[int, ...]) -> tuple[int, ...]:
         """These engines' KV-cache tokens in use (0 for a dead one)."""

@@ -51,6 +51,7 @@ class LaminarConfig:
 class DoraConfig:
     """DORA: multi-version streaming, tails spread and consolidated with KV migration, cost-weighed."""
 
+    spread_starts: bool = True  # light load: new groups spread over the instances about to serve, within KV memory
     spread_tails: bool = True  # a drained old-version instance hosts an at-risk tail of its version
     consolidate: bool = True  # when slots are short, pack old-version instances onto peers (no tail at risk)
     repartition_load: float = 0.5  # consolidate an old-version instance with at most this share of its slots busy

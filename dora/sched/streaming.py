@@ -136,16 +136,32 @@ class StreamingPolicy(Policy):
                 self._heap = [(self.pool_key(i), i.id, i.stamp) for i in self.pool.values() if i.free_slots() > 0]
                 heapq.heapify(self._heap)
 
-    def place(self, g: GroupView) -> list[InstView] | None:
-        """G serving instances for the samples of `g`, each pick the smallest pool_key (then id),
-        an instance taking at most its free slots; None when the pool lacks G free slots."""
-        if self.pool_free < g.size:
-            return None
+    def _rekey_dirty(self) -> None:
+        """Re-key in the heap the pool instances changed since it last saw them."""
         if self._dirty:
             for changed in self._dirty.values():
                 if changed.id in self.pool:
                     self._push(changed)
             self._dirty.clear()
+
+    def first_pick(self) -> InstView | None:
+        """The serving instance `place` would give a group's first sample (None: no free slot)."""
+        self._rekey_dirty()
+        heap, pool = self._heap, self.pool
+        while heap:
+            key, iid, stamp = heap[0]
+            inst = pool.get(iid)
+            if inst is not None and inst.stamp == stamp and inst.max_seqs > len(inst.active):
+                return inst
+            heapq.heappop(heap)  # stale, or full
+        return None
+
+    def place(self, g: GroupView) -> list[InstView] | None:
+        """G serving instances for the samples of `g`, each pick the smallest pool_key (then id),
+        an instance taking at most its free slots; None when the pool lacks G free slots."""
+        if self.pool_free < g.size:
+            return None
+        self._rekey_dirty()
         heap, pool = self._heap, self.pool
         cost = self.pick_cost(g)
         step = self.pick_step

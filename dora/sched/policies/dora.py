@@ -28,6 +28,11 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
   aborted and regenerated on the newest version (logged; C2 holds), at most
   `max_regenerations` times per group; after that the trainer waits for it, so long
   answers are never systematically dropped.
+- Spread starts (light load: the staleness cap, not the decode slots, limits the work): a new
+  group does not go to an instance its predicted contexts would overflow (KV memory), and it
+  waits for the instances about to serve the newest version (loading it, or old ones predicted
+  to drain soon) when its samples are predicted to finish at least 20% sooner there, the
+  waiting groups and the pool's residents then spread over more instances (`spread_starts`).
 - Dispatch and balancing use predicted completion: lengths come from finished group-mates
   or the running length distribution (LengthPredictor); a group's samples go to the
   newest-version instances whose predicted backlog per free slot is smallest.
@@ -52,6 +57,7 @@ from dora.sched.streaming import StreamingPolicy
 _SOURCES_LOOKED_AT = 4  # per hosting decision: the most crowded instances whose tails are weighed
 _DESTINATIONS_LOOKED_AT = 8  # per consolidation: peers weighed as destinations
 _RETRY_S = 1.0  # a consolidation pass that moved nothing is not repeated for this long (simulated s)
+_WAIT_GAIN = 0.8  # a group waits for fresh instances only to finish at least 20% sooner (estimate noise)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # users subclass policies
@@ -70,6 +76,7 @@ class DoraPolicy(StreamingPolicy):
         self.pace = TrainerPace(self.eta, self.B)
         self._incoming: dict[int, int] = {}  # instances loading the newest version -> their slots
         self._retry: dict[int, float] = {}  # version -> no consolidation pass before this time
+        self._ready_at: dict[int, float] = {}  # instances loading the newest version -> predicted load end
 
     # ---- serving and placement --------------------------------------------------------------------
     def on_start(self) -> None:
@@ -78,6 +85,7 @@ class DoraPolicy(StreamingPolicy):
             self.prog.add_instance(iid)
         self._elastic = [i for i in self.view.instances.values() if i.elastic]
         self._cap_max = max(i.max_seqs for i in self.view.instances.values() if not i.elastic)
+        self._slots_total = sum(i.max_seqs for i in self.view.instances.values() if not i.elastic)
         self.admit()
 
     def is_serving(self, inst: InstView) -> bool:
@@ -110,6 +118,66 @@ class DoraPolicy(StreamingPolicy):
 
     def pick_step(self, inst: InstView, cost: float) -> float:
         return cost if not self.balance or self.pred is None else cost / inst.max_seqs
+
+    def place(self, g: GroupView) -> list[InstView] | None:
+        """Water-fill the pool (StreamingPolicy.place), unless (spread_starts, light load) the
+        instance it would fill first cannot hold the group's predicted contexts, or the group is
+        predicted to finish sooner by waiting for instances about to serve the newest version."""
+        if self.dc.spread_starts and self.pred is not None and self.pool_free >= g.size and self._slots_spare():
+            top = self.first_pick()
+            if top is not None and top.active:
+                total = self.pred.predict_total(g.prompt_id, 0.0)
+                share = -(-g.size // len(self.pool))
+                if (len(top.active) + share) * (g.prompt_len + total) > top.kv_tokens:
+                    return None  # the residents' and the group's predicted contexts overflow its KV memory
+                if self._wait_pays(g, top.max_seqs, total):
+                    return None
+        return StreamingPolicy.place(self, g)
+
+    def _slots_spare(self) -> bool:
+        """Every group the staleness cap admits fits in the cluster's decode slots with slots to
+        spare: the cap, not the slots, limits the newest version's work (light load)."""
+        cap = self._admit_cap
+        if cap is None:
+            cap = self._admit_cap = self.admission_cap()
+        return cap * (self.G or 1) < self._slots_total
+
+    def _ready_soon(self) -> list[float]:
+        """Predicted times at which instances start serving the newest version: those loading it,
+        and the least busy old ones once drained and loaded; soonest first."""
+        now, load_s = self.now, self.view.cost.weight_load_s
+        ready = list(self._ready_at.values())
+        looked = 0
+        for ver in self.old.versions():
+            for load in self.old.loads(ver):
+                for inst in self.old.bucket(ver, load):
+                    if looked >= _SOURCES_LOOKED_AT:
+                        break
+                    looked += 1
+                    ready.append(now + self._drain_s(inst) + load_s)
+        ready.sort()
+        return ready
+
+    def _spread_s(self, n: float, slots: int, total: float, plen: int) -> float:
+        """Seconds for a sample of `total` tokens beside n - 1 others (at most `slots`) of mean
+        context plen + total / 2 (f = 1)."""
+        n = min(max(n, 1.0), float(slots))
+        return self.view.cost.time_for(total, int(n + 0.5), n * (plen + total / 2.0), 1.0)
+
+    def _wait_pays(self, g: GroupView, slots: int, total: float) -> bool:
+        """A sample of `g` (`total` tokens predicted) finishes at least 20% sooner if the group
+        waits for the instances about to serve the newest version: the waiting groups and the
+        pool's residents spread over more instances then, over the pool alone now."""
+        ready = self._ready_soon()
+        if not ready:
+            return False
+        n_pool = len(self.pool)
+        demand = n_pool * slots - self.pool_free + g.size * max(len(self.backlog), 1)
+        now_s = self._spread_s(demand / n_pool, slots, total, g.prompt_len)
+        for j, t in enumerate(ready[:2 * _SOURCES_LOOKED_AT]):
+            if t - self.now + self._spread_s(demand / (n_pool + j + 1), slots, total, g.prompt_len) < _WAIT_GAIN * now_s:
+                return True
+        return False
 
     # ---- progress bookkeeping (every change of where a trajectory runs) -----------------------------
     def start_group(self, g: GroupView, version: int, instances: list[InstView], pred: float = 0.0) -> None:
@@ -153,6 +221,7 @@ class DoraPolicy(StreamingPolicy):
         self.prog.pause(inst.id, self.now)
         if version == self.view.latest_version:
             self._incoming[inst.id] = inst.max_seqs
+            self._ready_at[inst.id] = self.now + self.view.cost.weight_load_s
 
     # ---- estimates ------------------------------------------------------------------------------
     def deadline(self, version: int, paced: bool = False) -> float:
@@ -338,6 +407,7 @@ class DoraPolicy(StreamingPolicy):
     def on_published(self, version: int) -> None:
         self.pace.published(self.now)
         self._incoming.clear()  # loads under way are of an older version now
+        self._ready_at.clear()
         self._retry.clear()  # the deadlines moved
         self.repartition()
         self.admit()
@@ -365,6 +435,7 @@ class DoraPolicy(StreamingPolicy):
     def on_loaded(self, inst: InstView, version: int) -> None:
         self.prog.resume(inst.id, self.now)
         self._incoming.pop(inst.id, None)
+        self._ready_at.pop(inst.id, None)
         # a load that a newer publication overtook leaves an old-version instance: repartition
         # its version now (nothing else would: no finish happens on a drained instance)
         at = self.old.where.get(inst.id)
@@ -376,6 +447,7 @@ class DoraPolicy(StreamingPolicy):
 
     def on_instance_failed(self, inst: InstView, was_loading: int) -> None:
         self._incoming.pop(inst.id, None)
+        self._ready_at.pop(inst.id, None)
 
     def ready_batch(self) -> list[GroupView] | None:
         """Oldest B complete groups. Groups that training them would leave beyond η are aborted

@@ -1,0 +1,90 @@
+"""The executor's trainer side, beside its rollout side (`dora.exec.orchestrator`): a `Train`
+action becomes a batch of rewarded trajectories for the trainer actor; its return publishes the
+new version (tensors through the object store, or a checkpoint directory), writes the step's
+rows and checkpoints, and delivers VersionPublished. A mixin of the orchestrator: it reads and
+writes the orchestrator's state.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from dora.sched import actions as A
+from dora.sched import events as E
+
+
+class Training:
+    """Trainer-side translation for `Orchestrator` (which defines every attribute used here)."""
+
+    def _train(self, a: A.Train, now: float) -> None:
+        from dora.exec.trainer import Trajectory
+
+        batch, rows = [], []
+        for traj in a.trajs:
+            r = self.results[traj]
+            pid, sidx, t_disp = self.meta[traj]
+            ex = self.examples[self.example_of[pid]]
+            text = self.tok.decode(r.token_ids, skip_special_tokens=True)
+            reward = float(self.reward_fn(text, ex.answer))
+            gen_version = r.versions[0] if r.versions else r.version
+            del self.results[traj]
+            batch.append(Trajectory(list(r.prompt_ids), list(r.token_ids), list(r.logprobs), gen_version, pid, reward,
+                                    trajectory_id=traj, finish_reason=r.finish_reason))
+            self.log.add(now, "train", -1, traj, pid, gen_version, self.version, tokens=len(r.token_ids))
+            rows.append({"prompt_id": pid, "sample_idx": sidx, "prompt_len": len(r.prompt_ids),
+                         "response_len": len(r.token_ids), "finish_reason": "length" if r.finish_reason == "length"
+                         else "stop", "reward": reward, "version": gen_version, "instance": self.fin_inst.get(traj, -1),
+                         "t_start_s": t_disp, "t_end_s": self.fin_t.get(traj, now),
+                         "step": self.drawn_at.get(pid, self.version)})
+        tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in batch)
+        self.log.add(now, "train_start", trainer_version=self.version, tokens=tokens)
+        self.batches[self.version + 1] = batch
+        self.trained_at[self.version + 1] = list(a.prompt_ids)
+        self.train_job = (self.trainer.step.remote(batch), now, rows, tokens)
+        if self.faults.kill_trainer_at_step == self.version + 1 and not self.killed_trainer:
+            self.killed_trainer = True  # fault injection: the trainer dies during this step
+            self.ray.kill(self.trainer)
+
+    def _on_trained(self, stats: dict, t_start: float, rows: list[dict], tokens: int) -> None:
+        now = self.now()
+        self.log.add(now, "train_end", trainer_version=self.version, tokens=tokens, dur_s=now - t_start,
+                     busy_s=now - t_start)
+        self.version += 1
+        if self.cfg.rollout.weight_sync == "tensors":
+            ref = self.trainer.weights.remote()
+            self.ray.wait([ref])
+        else:
+            ref = self.ray.get(self.trainer.save_weights.remote(self.version))
+        self.weights[self.version] = ref
+        self.pub_t[self.version] = self.now()
+        for old in [v for v in self.weights if v < self.version - self.cfg.policy.eta - 1]:
+            del self.weights[old]
+        pub = self.now()
+        self.log.add(pub, "publish", version=self.version, trainer_version=self.version, dur_s=pub - now)
+        every = self.cfg.checkpoint_every
+        if every > 0 and self.version % every == 0 and self.version < self.cfg.steps:
+            # queued on the trainer before its next step; written to a temporary dir and renamed
+            self.saves.append((self.trainer.save_checkpoint.remote(self.data_state()), self.version))
+        self.trace_rows.extend(rows)
+        step_s = pub - self.last_pub
+        self.last_pub = pub
+        row = {"step": self.version, "t_s": pub, "step_time_s": step_s, **{k: float(v) for k, v in stats.items()}}
+        self.step_rows.append(row)
+        if self.progress:
+            from dora.metrics import compute_metrics
+
+            bubble = compute_metrics(self.log.to_frame(), self.run_info)["bubble_ratio"]  # so far
+            print(f"  [{self.name}] step {self.version}/{self.cfg.steps}  reward {stats.get('reward_mean', 0):.3f}  "
+                  f"staleness {stats.get('staleness_mean', 0):.2f} (max {stats.get('staleness_max', 0):.0f})  "
+                  f"resp {stats.get('response_len_mean', 0):.1f} tok  {len(rows) / max(step_s, 1e-9):.2f} samples/s  "
+                  f"bubble {bubble:.2f}  "
+                  f"wall {pub:.1f} s", file=sys.stderr, flush=True)
+        if self.version < self.cfg.steps:
+            self.deliver(E.VersionPublished(self.version))
+
+    def data_state(self) -> dict:
+        """The driver's data-consumption state at the current version (saved with a checkpoint)."""
+        v = self.policy.view
+        return {"version": self.version, "next_draw": self.next_draw,
+                "trained_groups": sorted(p for ver, ps in self.trained_at.items() if ver <= self.version for p in ps),
+                "buffer": sorted(int(p) for p in v.buffer), "policy": self.name}

@@ -1,0 +1,79 @@
+"""dora's spread starts, hand-computed: at light load a new group waits for instances about to
+serve the newest version when it finishes sooner there, and never overflows KV memory."""
+
+from __future__ import annotations
+
+from dora.config import build
+from dora.sched import events as E
+from dora.sched.config import PolicyConfig
+from dora.sched.costs import DecodeCost
+from dora.sched.policies.dora import DoraPolicy
+
+# a decode step of n sequences: 0.005 + 0.005·n s (no context term), so t tokens take t·(0.005 + 0.005·n)
+COST = DecodeCost(base_s=0.005, expert_s=0.0, per_seq_s=0.005, per_ctx_s=0.0, weight_load_s=1.0)
+TOTAL = 1000  # predicted length of every sample (its group-mates' median)
+
+
+def _policy(eta: int = 1, kv_tokens: int = 10**6) -> DoraPolicy:
+    """Instance 0 serves the newest version (1) with 4 of its 8 slots busy; instances 1 and 2 are
+    loading it (they serve nothing yet); groups of 4 samples, prompts of 10 tokens."""
+    cfg = build(PolicyConfig, {"batch_size": 1, "group_size": 4, "eta": eta})
+    pol = DoraPolicy(cfg)
+    specs = tuple(E.InstanceSpec(i, 8, kv_tokens) for i in range(3))
+    pol.handle(E.ClusterStarted(specs, 1, cost=COST), 0.0)
+    v = pol.view
+    v.latest_version = 1
+    v.instances[0].versions = {1}
+    for i in (1, 2):
+        v.instances[i].versions = set()
+        v.instances[i].loading = 1
+    g = v.add_group(100, 4, 10, 0.0)
+    v.open_group(g, 1)
+    for k in range(4):
+        v.new_traj(g, k, 1, 0, 0.0)  # sample k, version 1, on instance 0
+    pol.backlog.clear()
+    pol.index_all()
+    assert len(v.instances[0].active) == 4 and pol.pool_free == 4
+    for pid in (1, 2):
+        pol.backlog.append(v.add_group(pid, 4, 10, 0.0))
+        pol.pred.mates[pid] = [TOTAL]
+    return pol
+
+
+def test_a_group_waits_only_for_a_finish_at_least_a_fifth_sooner():
+    pol = _policy()
+    g = pol.backlog[0]
+    assert pol._slots_spare()  # the cap, (1 + eta + 1) x B = 3 groups of 4, is below the 24 slots
+    # demand: 4 residents + 2 waiting groups x 4 = 12 samples. Now, on instance 0 alone: 8 at a
+    # time (its slots): 1000 x (0.005 + 0.040) = 45 s.
+    assert pol._spread_s(12 / 1, 8, TOTAL, 10) == 45.0
+    # instance 1 ready in 2 s: 12 over 2 instances, 6 each: 2 + 1000 x 0.035 = 37 s, not below 0.8 x 45 = 36 s
+    pol._ready_at = {1: 2.0}
+    assert not pol._wait_pays(g, 8, TOTAL)
+    assert pol.place(g) is not None
+    # instance 2 ready in 3 s as well: 12 over 3, 4 each: 3 + 1000 x 0.025 = 28 s < 36 s: wait
+    pol._ready_at = {1: 2.0, 2: 3.0}
+    assert pol._wait_pays(g, 8, TOTAL)
+    assert pol.place(g) is None
+
+
+def test_no_spreading_when_the_slots_bind():
+    pol = _policy(eta=4)  # the cap admits (1 + 4 + 1) x 1 group x 4 = 24 samples: every slot
+    pol._ready_at = {1: 2.0, 2: 3.0}
+    assert not pol._slots_spare()
+    assert pol.place(pol.backlog[0]) is not None
+
+
+def test_a_group_is_not_packed_beyond_the_predicted_kv():
+    # (4 residents + 4) x (10 + 1000) predicted context tokens = 8,080 > 8,000 KV tokens
+    pol = _policy(kv_tokens=8000)
+    assert pol.place(pol.backlog[0]) is None
+    pol = _policy(kv_tokens=8080)
+    assert pol.place(pol.backlog[0]) is not None
+
+
+def test_spread_starts_off_places_at_once():
+    pol = _policy(kv_tokens=8000)
+    pol.dc.spread_starts = False
+    pol._ready_at = {1: 2.0, 2: 3.0}
+    assert pol.place(pol.backlog[0]) is not None
