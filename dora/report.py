@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from dora.metrics import METRIC_NAMES
 
@@ -55,11 +56,13 @@ def table(runs: list[dict], title: str = "", rows: tuple[str, ...] = ROWS) -> st
     return "\n".join(lines)
 
 
-def write_json(runs: list[dict], path: str) -> None:
+def write_json(runs: list[dict], path: str, **sections: Any) -> None:
+    """{"runs": runs, **sections} (e.g. verdict=..., search=...), written atomically."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps({"runs": runs}, indent=2, default=_jsonable))
+    doc: dict = {"runs": runs, **sections}
+    tmp.write_text(json.dumps(doc, indent=2, default=_jsonable))
     tmp.replace(out)
 
 

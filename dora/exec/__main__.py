@@ -19,7 +19,8 @@ from pathlib import Path
 
 from dora.config import apply_cli, build, deep_merge, load_yaml
 from dora.errors import ArgumentParser, InputError, cli_errors
-from dora.exec.run_config import ExecConfig, check_model
+from dora.exec.model_ref import resolve_model
+from dora.exec.run_config import ExecConfig
 from dora.sched.registry import names as policy_names
 
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"output {out}: is a directory; give a file path")
         if Path(cfg.out).exists() and not Path(cfg.out).is_dir():
             raise InputError(f"out {cfg.out}: is a file; --out names a directory for checkpoints and logs")
-        check_model(cfg.model)
+        cfg.model = resolve_model(cfg.model)
         if cfg.task.dataset != "count":
             from dora.exec.tasks import load_dataset
 

@@ -9,6 +9,8 @@ Examples:
   python -m dora.sim calibrate out/exec/dora/profile.json --out cost.yaml   (fit the cost model to a real run)
   python -m dora.sim compare real_events.parquet sim_events.parquet         (real vs simulated metrics)
   python -m dora.sim tune --trace rec.parquet --cost cost.yaml --out tuned.yaml  (search dora's knobs)
+  python -m dora.sim --trace T.parquet --hardware H100 --model qwen2.5-7b --gpus 256
+      (each policy at its best rollout/trainer split of 256 devices; `plan` prints the search too)
 
 Precedence of settings: built-in defaults < --hardware/--model preset < --config YAML <
 --cost YAML < the flags < --set KEY=VALUE (dotted keys of SimConfig, e.g. cluster.max_seqs=128).
@@ -17,14 +19,13 @@ Precedence of settings: built-in defaults < --hardware/--model preset < --config
 from __future__ import annotations
 
 import sys
-import time
-from pathlib import Path
 
-from dora.errors import InputError, cli_errors
-from dora.eventlog import events_path, write_events
-from dora.report import ROWS, add_ratios, table, write_json
+from dora.errors import cli_errors
+from dora.parallel import check_jobs
 from dora.sim.cli import parser, resolve_config
-from dora.sim.run import check_fits, simulate
+from dora.sim.run import check_fits
+from dora.sim.runs import run_table
+from dora.sim.split import search
 from dora.trace import load_trace
 
 
@@ -34,54 +35,20 @@ def main(argv: list[str] | None = None) -> int:
         from dora.sim.tools.sweep import main as sweep_main
 
         return sweep_main(argv[1:])
-    if argv[:1] in (["calibrate"], ["compare"], ["tune"]):
+    if argv[:1] in (["calibrate"], ["compare"], ["tune"], ["plan"]):
         import importlib
 
         return importlib.import_module(f"dora.sim.tools.{argv[0]}").main(argv[1:])
     args = parser(__doc__).parse_args(argv)
     with cli_errors("dora.sim"):
         cfg = resolve_config(args)
-        for out in (args.json, args.events):
-            if out and Path(out).is_dir():
-                raise InputError(f"output {out}: is a directory; give a file path")
-        if args.plot:
-            from dora.plots import check_output as check_plot_output, plot_runs  # matplotlib: only when asked
-
-            check_plot_output(args.plot)
-        if args.perfetto:
-            from dora.perfetto import check_output as check_perfetto_output, write_perfetto_runs
-
-            check_perfetto_output(args.perfetto)
         trace = load_trace(cfg.trace)
         check_fits(cfg, trace)  # refuse before any output
-        runs, frames = [], {}
-        t0 = time.perf_counter()
-        for name in cfg.policies:
-            if not args.quiet:
-                print(f"simulating {name} ...", file=sys.stderr, flush=True)
-            r = simulate(trace, cfg, name, progress=not args.quiet)
-            runs.append({"policy": r.policy, "config": r.config, "metrics": r.metrics})
-            frames[name] = r.events
-        add_ratios(runs)
-        c = cfg.cluster
-        title = (f"{trace.path}: {c.instances} rollout instances x {c.devices_per_instance} devices "
-                 f"({c.max_seqs} slots each), {c.trainer_devices} trainer devices; B={cfg.policy.batch_size} "
-                 f"groups x G={trace.group_size}, eta={cfg.policy.eta}, {cfg.steps} steps; "
-                 f"bubble-free bound {runs[0]['metrics']['bound_samples_per_s']:.3f} samples/s")
-        faulty = any(r["metrics"].get("instance_failures") for r in runs)
-        print(table(runs, title, ROWS + (("instance_failures", "instances_failed") if faulty else ())))
-        print(f"({time.perf_counter() - t0:.1f} s wall)", file=sys.stderr)
-        if args.json:
-            write_json(runs, args.json)
-        if args.events:
-            for name, df in frames.items():
-                write_events(df, events_path(args.events, name, len(frames) > 1))
-        if args.plot:
-            for p in plot_runs(frames, args.plot):
-                print(f"wrote {p}", file=sys.stderr)
-        if args.perfetto:
-            for p in write_perfetto_runs(frames, args.perfetto):
-                print(f"wrote {p}", file=sys.stderr)
+        jobs = check_jobs(args.jobs)
+        best, rows = None, None
+        if args.gpus is not None:
+            best, rows = search(cfg, trace, args.gpus, args.splits, jobs, args.ray_address, args.quiet)
+        run_table(args, cfg, trace, best, rows, jobs)
     return 0
 
 

@@ -29,6 +29,11 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     ap.add_argument("--devices-per-instance", type=int, help="devices per rollout instance (TP/EP degree)")
     ap.add_argument("--max-seqs", type=int, help="decode slots per instance")
     ap.add_argument("--trainer-devices", type=int, help="trainer devices")
+    ap.add_argument("--gpus", type=int, metavar="N",
+                    help="devices in all: each policy gets its best split between rollout and training (searched; "
+                         "colocated sync uses all N for both); replaces --instances and --trainer-devices")
+    ap.add_argument("--splits", type=int, default=8, metavar="K",
+                    help="with --gpus: first try trainer shares 1/K .. (K-1)/K of the devices (default 8)")
     ap.add_argument("--steps", type=int, help="trainer steps to simulate")
     ap.add_argument("--batch-size", type=int, help="prompt groups per trainer step (B)")
     ap.add_argument("--eta", type=int, help="staleness bound η")
@@ -45,11 +50,24 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
                     help="timeline PNG (with several policies: OUT.<policy>.png timelines + OUT.png bubble bars)")
     ap.add_argument("--perfetto", metavar="OUT.json",
                     help="Chrome/Perfetto trace-event JSON of the event log (several policies: OUT.<policy>.json)")
+    ap.add_argument("--sensitivity", type=float, default=0.2, metavar="S",
+                    help="after the table, rerun the policies that keep C1-C3 with cost coefficient groups scaled "
+                         "by 1-S and 1+S and say whether the winner holds (default 0.2; 0: skip)")
+    ap.add_argument("--jobs", type=int, default=None, help="parallel processes for the sensitivity reruns "
+                                                          "(default: CPU count)")
+    ap.add_argument("--ray-address", metavar="ADDR",
+                    help="run the sensitivity reruns on this Ray cluster ('auto', 'local', ray://host:port)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     return ap
 
 
 def resolve_config(args: argparse.Namespace) -> SimConfig:
+    if getattr(args, "gpus", None) is not None:  # (sweep reuses this without --gpus)
+        if args.instances is not None or args.trainer_devices is not None:
+            raise InputError("--gpus: replaces --instances and --trainer-devices (the split is searched per policy); "
+                             "give either --gpus or those two")
+        if args.splits < 2 or args.splits > 64:
+            raise InputError(f"--splits {args.splits}: must be in 2..64 trainer shares")
     data: dict = {}
     if args.hardware or args.model:
         if not (args.hardware and args.model):

@@ -68,6 +68,17 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
                              f"0..{c.instances - 1}); use an id below cluster.instances")
 
 
+def replay_warning(trace: Trace, cfg: SimConfig) -> str | None:
+    """One line when the run trains more groups than the trace holds (groups are drawn in order and
+    the trace starts again from its first group when it runs out)."""
+    need = cfg.steps * cfg.policy.batch_size
+    if need <= trace.num_groups:
+        return None
+    return (f"warning: {trace.path} holds {trace.num_groups:,} groups and the run trains {need:,} ({cfg.steps} steps x "
+            f"B={cfg.policy.batch_size}): each group is replayed about {need / trace.num_groups:.1f} times; use a "
+            f"larger trace or fewer --steps for lengths that do not repeat")
+
+
 def make_policy(name: str, cfg: SimConfig, group_size: int) -> Policy:
     pc = cfg.policy
     if pc.group_size == 0:
@@ -156,3 +167,19 @@ def _gc_paused():
     finally:
         if on:
             gc.enable()
+
+
+_TRACES: dict[str, Trace] = {}  # per process: path -> Trace (parallel workers load each trace once)
+
+
+def cached_trace(path: str) -> Trace:
+    from dora.trace import load_trace
+
+    if path not in _TRACES:
+        _TRACES[path] = load_trace(path)
+    return _TRACES[path]
+
+
+def run_metrics(cfg: SimConfig, policy: str) -> dict:
+    """One quiet simulate() whose metrics alone come back (a task for `dora.parallel.run_tasks`)."""
+    return simulate(cached_trace(cfg.trace), cfg, policy, progress=False).metrics

@@ -13,7 +13,8 @@ from dora.sim.__main__ import main
 from tests.conftest import REPO, write_lengths
 
 SMALL = ["--instances", "8", "--max-seqs", "16", "--trainer-devices", "4", "--devices-per-instance", "1",
-         "--batch-size", "8", "--eta", "2", "--steps", "4", "--quiet", "--set", "cluster.kv_tokens=200000"]
+         "--batch-size", "8", "--eta", "2", "--steps", "4", "--quiet", "--set", "cluster.kv_tokens=200000",
+         "--sensitivity", "0"]  # the cost-sensitivity reruns: tested once, in test_verdict_line_and_sensitivity
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -107,3 +108,65 @@ def test_kv_too_small_for_trace(tmp_path):
 def test_output_is_a_directory(small_trace, tmp_path):
     r = run_cli("--trace", str(small_trace), *SMALL, "--json", str(tmp_path))
     assert r.returncode == 2 and "is a directory" in r.stderr
+
+
+def test_verdict_line_and_sensitivity(small_trace, tmp_path, capsys):
+    out = tmp_path / "v.json"
+    args = [a for a in SMALL if a not in ("--sensitivity", "0")]
+    assert main(["--trace", str(small_trace), *args, "--jobs", "1", "--policy", "sync", "--policy", "partial",
+                 "--policy", "dora", "--json", str(out)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    doc = json.loads(out.read_text())
+    v = doc["verdict"]
+    assert last == v["line"] and last.startswith(f"verdict: {v['winner']} is the fastest policy that keeps C1-C3")
+    assert v["sensitivity"]["total"] == 6 and "cost perturbations of +/-20%" in last
+    rates = {r["policy"]: r["metrics"]["e2e_samples_per_s"] for r in doc["runs"]}
+    assert v["winner"] == max(("sync", "dora"), key=rates.get)
+    assert "partial breaks C1 and is not ranked" in last  # partial continues groups across versions
+
+
+def test_replay_warning(tmp_path):
+    t = write_lengths(tmp_path / "few.parquet", [[20, 30, 40, 50]] * 10)
+    r = run_cli("--trace", str(t), "--instances", "2", "--max-seqs", "8", "--trainer-devices", "2",
+                "--devices-per-instance", "1", "--batch-size", "4", "--eta", "1", "--steps", "5", "--quiet",
+                "--sensitivity", "0", "--policy", "sync")
+    assert r.returncode == 0, r.stderr
+    warn = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert warn == [f"warning: {t} holds 10 groups and the run trains 20 (5 steps x B=4): each group is replayed "
+                    "about 2.0 times; use a larger trace or fewer --steps for lengths that do not repeat"]
+    r = run_cli("--trace", str(t), "--instances", "2", "--max-seqs", "8", "--trainer-devices", "2",
+                "--devices-per-instance", "1", "--batch-size", "4", "--eta", "1", "--steps", "2", "--quiet",
+                "--sensitivity", "0", "--policy", "sync")
+    assert r.returncode == 0 and "warning" not in r.stderr
+
+
+def test_gpus_gives_each_policy_its_split(small_trace, tmp_path, capsys):
+    out = tmp_path / "g.json"
+    args = SMALL[2:4] + SMALL[6:]  # without --instances and --trainer-devices
+    assert main(["--trace", str(small_trace), *args, "--gpus", "16", "--splits", "4", "--jobs", "1",
+                 "--policy", "sync", "--policy", "dora", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "16 devices (1 per rollout instance" in text and "sync colocated on all 16 devices" in text
+    doc = json.loads(out.read_text())
+    for r in doc["runs"]:
+        c = r["config"]
+        assert c["rollout_devices"] + c["trainer_devices"] == 16 or (r["policy"] == "sync" and c["rollout_devices"] == 16)
+    assert {s["policy"] for s in doc["search"]} == {"sync", "dora"}
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--gpus", "16", "--instances", "4"], "--gpus: replaces --instances and --trainer-devices"),
+    (["--gpus", "15", "--devices-per-instance", "2"], "not a multiple of the 2 devices per rollout instance"),
+    (["--gpus", "16", "--splits", "1"], "--splits 1: must be in 2..64"),
+    (["--sensitivity", "1.5"], "--sensitivity 1.5: must be in [0, 1)"),
+    (["--jobs", "0"], "--jobs 0: must be >= 1 process"),
+])
+def test_gpus_and_sensitivity_bad_input(small_trace, extra, msg):
+    r = run_cli("--trace", str(small_trace), "--max-seqs", "16", "--batch-size", "8", "--steps", "2", "--quiet",
+                "--set", "cluster.kv_tokens=200000", *extra)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and msg in r.stderr, r.stderr
+
+
+def test_plan_needs_gpus(small_trace):
+    r = run_cli("plan", "--trace", str(small_trace))
+    assert r.returncode == 2 and "plan: --gpus N is required" in r.stderr and r.stderr.count("\n") == 1

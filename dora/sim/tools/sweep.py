@@ -36,10 +36,8 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -49,6 +47,7 @@ import yaml
 
 from dora.config import build
 from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.parallel import check_jobs, run_tasks
 from dora.sim.config import SimConfig
 from dora.sim.presets import HARDWARE, MODELS
 from dora.trace import load_trace
@@ -99,6 +98,8 @@ def parser() -> argparse.ArgumentParser:
                          "recorded parameters)")
     ap.add_argument("--trace-cache", metavar="DIR", help="where generated traces go (default ~/.cache/dora/traces)")
     ap.add_argument("--jobs", type=int, default=None, help="parallel processes (default: CPU count)")
+    ap.add_argument("--ray-address", metavar="ADDR",
+                    help="run the points on this Ray cluster instead ('auto', 'local', ray://host:port)")
     ap.add_argument("--out", required=True, metavar="TABLE", help="tidy table: .parquet or .csv")
     ap.add_argument("--csv", metavar="OUT.csv", help="also write the table as CSV here")
     ap.add_argument("--plot", metavar="OUT.png", help="throughput against cluster.instances (+ scaling efficiency) "
@@ -263,20 +264,11 @@ def make_points(args: argparse.Namespace, axes: list[Axis], base: SimConfig,
 
 # ---------------------------------------------------------------- running
 
-_TRACES: dict = {}  # per process: path -> Trace
-
-
-def _trace(path: str):
-    if path not in _TRACES:
-        _TRACES[path] = load_trace(path)
-    return _TRACES[path]
-
-
 def run_one(cfg: SimConfig, policy: str) -> dict:
     """One simulate() (in a worker process): metrics, the run's config, dispatched trajectories."""
-    from dora.sim.run import simulate
+    from dora.sim.run import cached_trace, simulate
 
-    r = simulate(_trace(cfg.trace), cfg, policy, progress=False)
+    r = simulate(cached_trace(cfg.trace), cfg, policy, progress=False)
     return {"metrics": r.metrics, "config": r.config,
             "dispatches": int((r.events["event"].astype(str) == "dispatch").sum())}
 
@@ -379,9 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"sweep: {', '.join(dup)} swept on more than one axis; put each key on one axis")
         if args.trace_preset and not args.trace_param:
             raise InputError("--trace-preset: only used with --trace-param; drop it or add a --trace-param axis")
-        jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-        if jobs < 1:
-            raise InputError(f"--jobs {jobs}: must be >= 1 process")
+        jobs = check_jobs(args.jobs)
         for k in ("hardware", "model"):
             for a in axes:
                 if k in a.keys:
@@ -406,36 +396,18 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.quiet:
                     what = ", ".join(f"{k}={getattr(params, k)}" for k in tkeys)
                     print(f"generated {path} ({what})", file=sys.stderr, flush=True)
-        from dora.sim.run import check_fits
+        from dora.sim.run import cached_trace, check_fits
 
         for p in points:
             try:
-                check_fits(p.cfg, _trace(p.cfg.trace))
+                check_fits(p.cfg, cached_trace(p.cfg.trace))
             except InputError as e:
                 raise InputError(f"sweep point {p.label()}: {e}") from None
-        _TRACES.clear()  # workers load their own
         tasks = [(i, p, name) for i, p in enumerate(points) for name in base.policies]
-        results: dict[int, dict] = {}
         t0 = time.perf_counter()
-        n = len(tasks)
-
-        def done(k: int, res: dict) -> None:
-            results[k] = res
-            if not args.quiet:
-                _, p, name = tasks[k]
-                m = res["metrics"]
-                print(f"[{len(results)}/{n}] {name} {p.label()}: {m['e2e_samples_per_s']:.3f} samples/s, "
-                      f"{m['sim_wall_s']:.1f} s wall", file=sys.stderr, flush=True)
-
-        jobs = min(jobs, n)
-        if jobs == 1:
-            for k, (_, p, name) in enumerate(tasks):
-                done(k, run_one(p.cfg, name))
-        else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futs = {pool.submit(run_one, p.cfg, name): k for k, (_, p, name) in enumerate(tasks)}
-                for f in as_completed(futs):
-                    done(futs[f], f.result())
+        jobs = min(jobs, len(tasks))
+        results = dict(run_tasks(run_one, [(p.cfg, name) for _, p, name in tasks], jobs, args.ray_address,
+                                 desc="sweep", quiet=args.quiet))
         tab = pd.DataFrame([row(p, name, results[k], axes) for k, (_, p, name) in enumerate(tasks)])
         tab = add_derived(tab, axes)
         for path in [out] + ([csv] if csv else []):
