@@ -12,8 +12,8 @@ Rules (docs/traces.md says them for users):
 - unequal groups: G is --group-size, else the most common group size (the larger on a tie);
   smaller groups are dropped, larger ones keep G samples drawn uniformly at random (seeded), not
   the first G: logs often list samples in completion order, and the first G would be the shortest;
-- prompt ids: integer ids that name one group each are kept; string ids (and integer ids that
-  repeat across steps) become 0, 1, ... in order of first appearance, the originals recorded in
+- prompt ids: integer ids in [0, 2**31) that name one group each are kept; other ids (strings,
+  integer ids that repeat across steps) become 0, 1, ... in order of first appearance, the originals recorded in
   the metadata (prompt_ids.values[i] is new id i's source id);
 - --max-len N (the run's response length cap) is recorded, so responses of N tokens count as
   truncated when there is no finish_reason column;
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from dora.errors import InputError
-from dora.trace.columns import ColumnError, explode, floats, integers, labels, prompt_ids
+from dora.trace.columns import INT32_MAX, ColumnError, explode, floats, integers, labels, prompt_ids
 from dora.trace.generate import TraceParams
 from dora.trace.schema import write_trace
 from dora.trace.sources import Source, detect_format, read_source, sha256
@@ -172,11 +172,12 @@ def _groups(gid: np.ndarray, order_key: np.ndarray, G: int | None, seed: int) ->
 def group_line(info: dict) -> str:
     """The one-line count the import prints."""
     G = info["group_size"]
+    n = lambda k, what: f"{k:,} {what}" + ("" if k == 1 else "s")  # noqa: E731
     line = f"groups: {info['groups_kept']:,} kept of G={G} samples"
     if info["larger_truncated"] or info["smaller_dropped"]:
         line += (f" ({info['groups_as_read']:,} as read, {info['larger_truncated']:,} larger cut to {G} at random: "
-                 f"{info['samples_truncated']:,} samples left out); {info['smaller_dropped']:,} smaller dropped "
-                 f"({info['samples_dropped']:,} samples)")
+                 f"{n(info['samples_truncated'], 'sample')} left out); {info['smaller_dropped']:,} smaller dropped "
+                 f"({n(info['samples_dropped'], 'sample')})")
     else:
         line += ", every group that size"
     return line
@@ -251,7 +252,7 @@ def import_trace(o: ImportOptions) -> dict:
                   "source": {"file": o.src.name, "format": fmt, "sha256": sha256(src.files), "rows": len(src.df)}}
     if len(src.files) > 1:
         meta["source"]["files"] = len(src.files)
-    if ids.dtype.kind == "i" and len(np.unique(raw)) == len(raw):
+    if ids.dtype.kind == "i" and len(np.unique(raw)) == len(raw) and raw.min() >= 0 and raw.max() <= INT32_MAX:
         pid = raw[new_gid]
     else:
         pid = new_gid.astype(np.int64)

@@ -112,7 +112,7 @@ def _read_csv(f: Path) -> Source:
     if f.stat().st_size == 0:
         raise _empty(f)
     try:
-        df = pd.read_csv(f, on_bad_lines="error", skipinitialspace=True)
+        df = pd.read_csv(f, on_bad_lines="error", skipinitialspace=True, encoding="utf-8-sig")
     except pd.errors.EmptyDataError:
         raise _empty(f) from None
     except pd.errors.ParserError as e:

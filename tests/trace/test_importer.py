@@ -6,16 +6,21 @@ import hashlib
 import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from dora.errors import InputError
 from dora.trace import load_trace
 from dora.trace.__main__ import main
-from dora.trace.importer import DEFAULT_PROMPT_LEN
+from dora.trace.importer import DEFAULT_PROMPT_LEN, ImportOptions, import_trace
 from tests.conftest import REPO
 
 
@@ -163,3 +168,33 @@ def test_imported_trace_runs_in_the_simulator(tmp_path, capsys):
     runs = json.loads((tmp_path / "runs.json").read_text())["runs"]
     assert [r["policy"] for r in runs] == ["sync", "dora"]
     assert all(r["metrics"]["trained_samples"] == 2 * 2 * 4 and r["metrics"]["c2_lost"] == 0 for r in runs)
+
+
+@settings(max_examples=30)
+@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=8), g=st.one_of(st.none(), st.integers(1, 6)),
+       seed=st.integers(0, 3))
+def test_group_rule_property(sizes, g, seed):
+    """Whatever the group sizes: groups of >= G samples are kept, cut to G of their own samples in
+    file order; smaller ones are gone; the counts in the metadata add up."""
+    lens = {p: [100 * p + s + 1 for s in range(n)] for p, n in enumerate(sizes)}
+    G = g if g is not None else max(set(sizes), key=lambda n: (sizes.count(n), n))
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "s.csv"
+        src.write_text("prompt_id,response_len,prompt_len\n" +
+                       "".join(f"{p},{x},4\n" for p, xs in lens.items() for x in xs))
+        opts = ImportOptions(src=src, out=Path(d) / "t.parquet", group_size=g, seed=seed)
+        if all(n < G for n in sizes):
+            with pytest.raises(InputError, match="no rows left"):
+                import_trace(opts)
+            assert not opts.out.exists()
+            return
+        meta = import_trace(opts)
+        tr = load_trace(opts.out)
+    kept = [p for p, n in enumerate(sizes) if n >= G]
+    assert tr.group_size == G and tr.group_prompt_ids().tolist() == kept
+    for p, got in zip(kept, groups(tr)):
+        assert got == sorted(got) and set(got) <= set(lens[p])
+    info = meta["groups"]
+    assert info["groups_kept"] == len(kept) and info["smaller_dropped"] == len(sizes) - len(kept)
+    assert info["samples_truncated"] == sum(n - G for n in sizes if n > G)
+    assert info["samples_dropped"] == sum(n for n in sizes if n < G)
