@@ -106,7 +106,7 @@ def _check_options(o: ImportOptions, fmt: str) -> None:
 
 def _mapped(src: Source, o: ImportOptions, label: str) -> dict[str, str]:
     """{trace column: source column} for the columns this import reads."""
-    cols = [str(c) for c in src.df.columns]
+    cols = src.names
     for target, source in o.mapping.items():
         if source not in cols:
             raise InputError(f"--map {target}={source}: {label} has no column '{source}' (its columns: "
@@ -188,7 +188,7 @@ def import_trace(o: ImportOptions) -> dict:
     label = str(o.src)
     fmt = detect_format(o.src, o.fmt)
     _check_options(o, fmt)
-    src = read_source(o.src, fmt)
+    src = read_source(o.src, fmt, {*TARGETS, *o.mapping.values()})
     if len(src.df) == 0:
         raise InputError(f"import {label}: no rows (a header only); the file needs one row per sample or prompt")
     counter = None

@@ -38,6 +38,7 @@ class Source:
     files: list[Path]  # the files read (one, or a directory's *.jsonl)
     file_idx: np.ndarray  # per row: index into files
     pos: np.ndarray  # per row: 1-based line (csv, jsonl, verl) or 0-based row (parquet)
+    names: list[str]  # every column of the input (df may hold only those asked for)
     element: np.ndarray | None = None  # per row: index in a list cell, once list columns are exploded
 
     def where(self, i: int) -> str:
@@ -95,12 +96,13 @@ def sha256(files: list[Path]) -> str:
     return hashlib.sha256("".join(f"{d}  {f.name}\n" for d, f in zip(digests, files)).encode()).hexdigest()
 
 
-def read_source(src: Path, fmt: str) -> Source:
+def read_source(src: Path, fmt: str, wanted: set[str] | None = None) -> Source:
+    """The rows of src; of a parquet file only the columns in `wanted` (None: all)."""
     files = source_files(src, fmt)
     if fmt == "csv":
         return _read_csv(files[0])
     if fmt == "parquet":
-        return _read_parquet(files[0])
+        return _read_parquet(files[0], wanted)
     return _read_jsonl(files, fmt)
 
 
@@ -122,19 +124,21 @@ def _read_csv(f: Path) -> Source:
     except UnicodeDecodeError as e:
         raise InputError(f"import {f}: not UTF-8 text at byte {e.start}; save the CSV as UTF-8") from None
     # a data row's line, assuming one line per record (line 1 is the header)
-    return Source(df, "csv", [f], np.zeros(len(df), np.int64), np.arange(len(df), dtype=np.int64) + 2)
+    return Source(df, "csv", [f], np.zeros(len(df), np.int64), np.arange(len(df), dtype=np.int64) + 2,
+                  [str(c) for c in df.columns])
 
 
-def _read_parquet(f: Path) -> Source:
+def _read_parquet(f: Path, wanted: set[str] | None) -> Source:
     if f.stat().st_size == 0:
         raise _empty(f)
     try:
-        table = pq.read_table(f)
+        names = pq.read_schema(f).names
+        table = pq.read_table(f, columns=None if wanted is None else [c for c in names if c in wanted])
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"import {f}: not a readable parquet file ({type(e).__name__}); pass --format csv or "
                          "jsonl if it is text, or rewrite it with pandas/pyarrow") from None
     df = table.to_pandas()
-    return Source(df, "parquet", [f], np.zeros(len(df), np.int64), np.arange(len(df), dtype=np.int64))
+    return Source(df, "parquet", [f], np.zeros(len(df), np.int64), np.arange(len(df), dtype=np.int64), names)
 
 
 def _read_jsonl(files: list[Path], fmt: str) -> Source:
@@ -170,7 +174,7 @@ def _read_jsonl(files: list[Path], fmt: str) -> Source:
             fidx.append(k)
             pos.append(n)
     df = pd.DataFrame.from_records(records) if records else pd.DataFrame()
-    return Source(df, fmt, files, np.asarray(fidx, np.int64), np.asarray(pos, np.int64))
+    return Source(df, fmt, files, np.asarray(fidx, np.int64), np.asarray(pos, np.int64), [str(c) for c in df.columns])
 
 
 def _json_reason(e: ValueError) -> str:

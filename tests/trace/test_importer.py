@@ -109,7 +109,7 @@ def test_list_column_without_prompt_id_is_one_prompt_per_row(tmp_path, capsys):
 def test_missing_prompt_length_warns_once(tmp_path, capsys):
     src = tmp_path / "nolen.csv"
     src.write_text("prompt_id,response_len\n" + "".join(f"{p},{p + s + 1}\n" for p in range(5) for s in range(4)))
-    stdout, stderr = run(capsys, src, "-o", tmp_path / "t.parquet")
+    _, stderr = run(capsys, src, "-o", tmp_path / "t.parquet")
     assert stderr.count("\n") == 1 and "warning" in stderr and str(DEFAULT_PROMPT_LEN) in stderr
     tr = load_trace(tmp_path / "t.parquet")
     assert (tr.prompt_len == DEFAULT_PROMPT_LEN).all()
