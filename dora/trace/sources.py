@@ -22,7 +22,7 @@ from dora.errors import InputError
 
 FORMATS = ("csv", "jsonl", "parquet", "verl")
 SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
-# verl's rollout dump (trainer.rollout_data_dir): RayPPOTrainer._dump_generations in
+# verl's rollout dump (trainer.rollout_data_dir): RayPPOTrainer._dump_generations in verl's
 # verl/trainer/ppo/ray_trainer.py writes one file <global_step>.jsonl per step, one JSON object per
 # sample with the decoded prompt `input`, the decoded response `output`, `gts`, `score`, `step`,
 # and any per-sample reward extras (e.g. `acc`).
