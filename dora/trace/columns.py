@@ -157,10 +157,10 @@ def labels(s: pd.Series, err: ColumnError) -> np.ndarray:
 
 
 def floats(s: pd.Series, err: ColumnError) -> np.ndarray:
-    """reward: finite numbers."""
+    """reward, tool_wait_s: finite numbers."""
     num = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(num))
     if len(bad):
         i = int(bad[0])
-        raise err(i, f"value {s.iloc[i]!r} is not a finite number", "fill the cell or leave reward unmapped")
+        raise err(i, f"value {s.iloc[i]!r} is not a finite number", "fill the cell or leave the column unmapped")
     return num

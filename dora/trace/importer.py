@@ -35,12 +35,12 @@ import pandas as pd
 from dora.errors import InputError
 from dora.trace.columns import INT32_MAX, ColumnError, explode, floats, integers, labels, prompt_ids
 from dora.trace.generate import TraceParams
-from dora.trace.schema import write_trace
+from dora.trace.schema import TURN_COLUMNS, write_trace
 from dora.trace.sources import Source, detect_format, read_source, sha256
 from dora.trace.tokens import TokenCounter
 
 IMPORTER = "dora.trace.import/1"
-TARGETS = ("prompt_id", "sample_idx", "prompt_len", "response_len", "step", "finish_reason", "reward")
+TARGETS = ("prompt_id", "sample_idx", "prompt_len", "response_len", "step", "finish_reason", "reward", *TURN_COLUMNS)
 DEFAULT_PROMPT_LEN = int(TraceParams.prompt_median)  # the generator's default prompt median (300)
 VERL_MAP = {"prompt_id": "input", "prompt_len": "input", "response_len": "output", "step": "step", "reward": "score"}
 LENGTH_FIX = "a length is a token count of at least 1"
@@ -232,6 +232,7 @@ def import_trace(o: ImportOptions) -> dict:
         cols["finish_reason"] = labels(frame["finish_reason"], err("finish_reason"))
     if "reward" in frame.columns:
         cols["reward"] = floats(frame["reward"], err("reward"))
+    _turn_columns(frame, cols, err)
     ids = prompt_ids(frame["prompt_id"], err("prompt_id"))
     order_key = np.arange(len(frame))
     if "sample_idx" in frame.columns:
@@ -274,6 +275,31 @@ def import_trace(o: ImportOptions) -> dict:
         print(warning, file=sys.stderr)
     write_trace(o.out, out_cols, meta)
     return meta
+
+
+def _turn_columns(frame: pd.DataFrame, cols: dict[str, np.ndarray], err) -> None:
+    """Multi-turn columns (dora/trace/schema.py): turns in [1, response_len]; per tool call,
+    tool_wait_s seconds and tool_tokens tokens, both >= 0 and only with turns."""
+    given = [c for c in TURN_COLUMNS if c in frame.columns]
+    if given and "turns" not in given:
+        raise err(given[0])(None, "given without a turns column",
+                            "map turns too (tool calls per trajectory = turns - 1), or leave it unmapped")
+    if "turns" in given:
+        turns = integers(frame["turns"], err("turns"), 1, "a trajectory has at least one turn")
+        over = np.flatnonzero(turns > cols["response_len"])
+        if len(over):
+            i = int(over[0])
+            raise err("turns")(i, f"value {turns[i]} is more than response_len {cols['response_len'][i]}",
+                               "each turn generates at least one token")
+        cols["turns"] = turns
+    if "tool_tokens" in given:
+        cols["tool_tokens"] = integers(frame["tool_tokens"], err("tool_tokens"), 0, "a tool call appends >= 0 tokens")
+    if "tool_wait_s" in given:
+        wait = floats(frame["tool_wait_s"], err("tool_wait_s"))
+        neg = np.flatnonzero(wait < 0)
+        if len(neg):
+            raise err("tool_wait_s")(int(neg[0]), f"value {wait[neg[0]]} is negative", "a tool call waits >= 0 s")
+        cols["tool_wait_s"] = wait
 
 
 def _check_duplicate_samples(gid: np.ndarray, order_key: np.ndarray, err, mapped: bool) -> None:

@@ -49,6 +49,8 @@ CASES = [
     ("a.csv", GOOD, ["--max-len", "7"], "line 5: column 'response_len': value 8 is above --max-len 7"),
     ("a.csv", "prompt_id,response_len,finish_reason\n0,5,stop\n0,6,abort\n", [], "'abort' is not one of"),
     ("a.csv", GOOD, ["--prompt-len", "5", "--map", "prompt_len=prompt_len"], "choose one"),
+    ("a.csv", "prompt_id,response_len,turns\n0,5,2\n0,6,7\n", [], "line 3: column 'turns': value 7 is more than"),
+    ("a.csv", "prompt_id,response_len,tool_tokens\n0,5,2\n0,6,7\n", [], "given without a turns column"),
 ]
 
 

@@ -198,3 +198,14 @@ def test_group_rule_property(sizes, g, seed):
     assert info["groups_kept"] == len(kept) and info["smaller_dropped"] == len(sizes) - len(kept)
     assert info["samples_truncated"] == sum(n - G for n in sizes if n > G)
     assert info["samples_dropped"] == sum(n for n in sizes if n < G)
+
+
+def test_a_trace_reimports_as_itself(agentic_trace, tmp_path, capsys):
+    """A generated multi-turn trace read as a plain parquet source: every schema column it has
+    (lengths, step, finish_reason, turns, tool calls) comes back unchanged."""
+    run(capsys, agentic_trace, "-o", tmp_path / "again.parquet")
+    a, b = load_trace(agentic_trace), load_trace(tmp_path / "again.parquet")
+    for col in ("prompt_id", "sample_idx", "prompt_len", "response_len", "step", "finish_reason", "turns",
+                "tool_wait_s", "tool_tokens"):
+        assert np.array_equal(getattr(a, col), getattr(b, col)), col
+    assert b.metadata["groups"]["groups_as_read"] == a.num_groups and "prompt_ids" not in b.metadata
