@@ -13,8 +13,8 @@ Rules (docs/traces.md says them for users):
   smaller groups are dropped, larger ones keep G samples drawn uniformly at random (seeded), not
   the first G: logs often list samples in completion order, and the first G would be the shortest;
 - prompt ids: integer ids in [0, 2**31) that name one group each are kept; other ids (strings,
-  integer ids that repeat across steps) become 0, 1, ... in order of first appearance, the originals recorded in
-  the metadata (prompt_ids.values[i] is new id i's source id);
+  integer ids that repeat across steps) become 0, 1, ... in order of first appearance, the
+  originals recorded in the metadata (prompt_ids.values[i] is new id i's source id);
 - --max-len N (the run's response length cap) is recorded, so responses of N tokens count as
   truncated when there is no finish_reason column;
 - verl's rollout dump (--format verl): group key the prompt text, prompt_len and response_len its
