@@ -1,4 +1,4 @@
-"""Trace schema (documented in traces/README.md): one parquet row per trajectory, validated on load."""
+"""Trace schema (documented in docs/traces.md): one parquet row per trajectory, validated on load."""
 
 from __future__ import annotations
 
@@ -62,10 +62,15 @@ class Trace:
         return len(self.prompt_id)
 
     @property
+    def recorded_cap(self) -> int | None:
+        """The length cap the metadata records: the generator's max_len, or an import's --max-len."""
+        cap = self.metadata.get("params", {}).get("max_len") or self.metadata.get("max_len")
+        return int(cap) if cap else None
+
+    @property
     def max_len(self) -> int:
-        """Length cap: from generator metadata if recorded, else the longest response."""
-        cap = self.metadata.get("params", {}).get("max_len")
-        return int(cap) if cap else int(self.response_len.max())
+        """Length cap: recorded in the metadata, else the longest response."""
+        return self.recorded_cap or int(self.response_len.max())
 
     def group_prompt_ids(self) -> np.ndarray:
         return self.prompt_id[:: self.group_size]
@@ -245,5 +250,8 @@ def write_trace(path: str | Path, columns: dict[str, np.ndarray], metadata: dict
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd", compression_level=9)
-    tmp.replace(out)
+    try:
+        pq.write_table(table, tmp, compression="zstd", compression_level=9)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)

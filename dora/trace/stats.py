@@ -23,7 +23,9 @@ def trace_stats(tr: Trace) -> dict:
         "mean": float(r.mean()),
         "p99_over_p50": float(p99 / p50),
         "top10_token_share": float(srt[:top].sum() / srt.sum()),
-        "truncated_share": float(tr.truncated().mean()),
+        # unknown (None) without a finish_reason column or a recorded cap
+        "truncated_share": float(tr.truncated().mean())
+        if tr.finish_reason is not None or tr.recorded_cap else None,
         "prompt_p50": float(np.median(tr.prompt_len)),
         "prompt_mean": float(tr.prompt_len.mean()),
         "intra_group_corr": _intra_group_corr(tr),
@@ -55,7 +57,7 @@ def trace_stats(tr: Trace) -> dict:
 def _intra_group_corr(tr: Trace) -> float:
     """Share of log-length variance between groups (ANOVA intraclass correlation)."""
     g = tr.group_size
-    if g < 2:
+    if g < 2 or tr.num_groups < 2:
         return float("nan")
     x = np.log(tr.response_len.astype(np.float64)).reshape(-1, g)
     within = x.var(axis=1, ddof=1).mean()
@@ -70,8 +72,10 @@ def format_stats(path: str, s: dict) -> str:
         lines[0] += f", {s['steps']} steps"
     lines.append("  response_len  p50 {p50:,.0f}  p90 {p90:,.0f}  p99 {p99:,.0f}  max {max:,.0f}  "
                  "mean {mean:,.0f}  p99/p50 {p99_over_p50:.1f}".format(**s))
-    lines.append("  longest 10% of trajectories hold {:.1%} of tokens; truncated (finish=length) {:.2%}"
-                 .format(s["top10_token_share"], s["truncated_share"]))
+    trunc = "unknown (no finish_reason column, no recorded cap)" if s["truncated_share"] is None else \
+        "{:.2%}".format(s["truncated_share"])
+    lines.append("  longest 10% of trajectories hold {:.1%} of tokens; truncated (finish=length) {}"
+                 .format(s["top10_token_share"], trunc))
     lines.append("  prompt_len p50 {prompt_p50:,.0f} mean {prompt_mean:,.0f}; intra-group corr of log length "
                  "{intra_group_corr:.2f}".format(**s))
     if "steps" in s:
