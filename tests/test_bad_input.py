@@ -57,7 +57,7 @@ ROWS: list[Row] = [
     _r(SIM, "--instances abc (not an integer)", "invalid int value", *T, "--instances", "abc", *OUTS),
     _r(SIM, "--instances 0", "instances", *T, "--instances", "0", *OUTS),
     _r(SIM, "--devices-per-instance 0", "devices_per_instance", *T, "--devices-per-instance", "0", *OUTS),
-    _r(SIM, "--max-seqs 0", "max_seqs", *T, "--max-seqs", "0", *OUTS),
+    _r(SIM, "--max-seqs 0", "--max-seqs: 0: must be >= 1 decode slot, or auto", *T, "--max-seqs", "0", *OUTS),
     _r(SIM, "--trainer-devices -1", "trainer_devices", *T, "--trainer-devices", "-1", *OUTS),
     _r(SIM, "--steps 1", "steps", *T, "--steps", "1", *OUTS),
     _r(SIM, "--eta -1", "eta", *T, "--eta", "-1", *OUTS),

@@ -22,6 +22,7 @@ import sys
 
 from dora.errors import cli_errors
 from dora.parallel import check_jobs
+from dora.sim import memory
 from dora.sim.cli import parser, resolve_config
 from dora.sim.run import check_fits
 from dora.sim.runs import run_table
@@ -43,12 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     with cli_errors("dora.sim"):
         cfg = resolve_config(args)
         trace = load_trace(cfg.trace)
+        cfg, sizing = memory.resolve(cfg, trace)
         check_fits(cfg, trace)  # refuse before any output
         jobs = check_jobs(args.jobs)
         best, rows = None, None
         if args.gpus is not None:
             best, rows = search(cfg, trace, args.gpus, args.splits, jobs, args.ray_address, args.quiet)
-        run_table(args, cfg, trace, best, rows, jobs)
+        run_table(args, cfg, trace, best, rows, jobs, sizing)
     return 0
 
 

@@ -18,7 +18,8 @@ from dora.sim.presets import HARDWARE, MODELS, derive
 def parser(description: str | None = None) -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m dora.sim", description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trace", help="trace parquet (default: traces/moe_longtail.parquet)")
+    ap.add_argument("--trace", help="trace parquet (default: traces/moe_longtail.parquet); make one from your own "
+                                    "length logs with `python -m dora.trace import` (format: docs/traces.md)")
     ap.add_argument("--policy", action="append", choices=policy_names(),
                     help="policy to run (repeat for several; default: all five)")
     ap.add_argument("--config", help="YAML file with SimConfig keys (trace, steps, cluster, cost, policy, ...)")
@@ -27,7 +28,9 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     ap.add_argument("--model", help=f"model preset: {', '.join(MODELS)}")
     ap.add_argument("--instances", type=int, help="rollout instances")
     ap.add_argument("--devices-per-instance", type=int, help="devices per rollout instance (TP/EP degree)")
-    ap.add_argument("--max-seqs", type=int, help="decode slots per instance")
+    ap.add_argument("--max-seqs", type=_slots, metavar="N|auto",
+                    help="decode slots per instance; auto: from device memory the way vLLM sizes its engine "
+                         "(also derives the KV capacity; docs/planning.md)")
     ap.add_argument("--trainer-devices", type=int, help="trainer devices")
     ap.add_argument("--gpus", type=int, metavar="N",
                     help="devices in all: each policy gets its best split between rollout and training (searched; "
@@ -61,6 +64,19 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     return ap
 
 
+def _slots(text: str) -> int:
+    """--max-seqs: a count, or auto (0: derived from memory, dora.sim.memory)."""
+    if text == "auto":
+        return 0
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of slots nor auto") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: must be >= 1 decode slot, or auto")
+    return n
+
+
 def resolve_config(args: argparse.Namespace) -> SimConfig:
     if getattr(args, "gpus", None) is not None:  # (sweep reuses this without --gpus)
         if args.instances is not None or args.trainer_devices is not None:
@@ -74,7 +90,8 @@ def resolve_config(args: argparse.Namespace) -> SimConfig:
             raise InputError("--hardware and --model go together: name both (e.g. --hardware H800 --model qwen2.5-7b)")
         cost, hints = derive(args.hardware, args.model, args.devices_per_instance or 0)
         data["cost"] = to_dict(cost)
-        data["cluster"] = {"devices_per_instance": hints["devices_per_instance"], "kv_tokens": hints["kv_tokens"]}
+        data["cluster"] = {"devices_per_instance": hints["devices_per_instance"], "kv_tokens": hints["kv_tokens"],
+                           "hardware": args.hardware, "model": args.model}
     if args.config:
         data = deep_merge(data, load_yaml(args.config))
     if args.cost:
@@ -86,6 +103,8 @@ def resolve_config(args: argparse.Namespace) -> SimConfig:
         ("policy", "eta"): args.eta, ("policy", "batch_size"): args.batch_size,
         ("faults", "mtbf_s"): args.mtbf_s, ("faults", "repair_s"): args.repair_s,
     }
+    if args.max_seqs == 0:  # auto: the KV capacity is derived too
+        data.setdefault("cluster", {})["kv_tokens"] = 0
     if args.policy:
         data["policies"] = args.policy
     if args.reference:

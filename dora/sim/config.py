@@ -20,19 +20,21 @@ class ClusterConfig:
 
     instances: int = 64
     devices_per_instance: int = 2
-    max_seqs: int = 64  # decode slots per instance
-    kv_tokens: int = 844_319  # KV-cache capacity per instance, tokens (presets: H800 x2, qwen3-30b-a3b)
+    max_seqs: int = 64  # decode slots per instance (0: derived from memory, dora.sim.memory)
+    kv_tokens: int = 844_319  # KV-cache capacity per instance, tokens (presets: H800 x2, qwen3-30b-a3b; 0: derived)
     trainer_devices: int = 64
+    hardware: str = "H800"  # the device and model whose memory sizes derived slots and KV (--hardware/--model)
+    model: str = "qwen3-30b-a3b"
 
     def validate(self) -> None:
         if self.instances < 1:
             raise InputError(f"instances: must be >= 1 rollout instance, got {self.instances}")
         if self.devices_per_instance < 1:
             raise InputError(f"devices_per_instance: must be >= 1, got {self.devices_per_instance}")
-        if self.max_seqs < 1:
-            raise InputError(f"max_seqs: must be >= 1 decode slot, got {self.max_seqs}")
-        if self.kv_tokens < 2:
-            raise InputError(f"kv_tokens: must be >= 2, got {self.kv_tokens}")
+        if self.max_seqs < 0:
+            raise InputError(f"max_seqs: must be >= 1 decode slot (0: derived from memory), got {self.max_seqs}")
+        if self.kv_tokens < 2 and self.kv_tokens != 0:
+            raise InputError(f"kv_tokens: must be >= 2 (0: derived from memory), got {self.kv_tokens}")
         if self.trainer_devices < 1:
             raise InputError(f"trainer_devices: must be >= 1, got {self.trainer_devices}")
 

@@ -88,6 +88,9 @@ def make_policy(name: str, cfg: SimConfig, group_size: int) -> Policy:
 
 
 def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> RunResult:
+    from dora.sim.memory import resolve
+
+    cfg, _ = resolve(cfg, trace)  # cluster.max_seqs / kv_tokens of 0: derived from memory
     check_fits(cfg, trace)
     G = trace.group_size
     policy = make_policy(name, cfg, G)

@@ -20,7 +20,7 @@ from dora.verdict import ranked, verdict
 
 
 def run_table(args: argparse.Namespace, cfg: SimConfig, trace: Trace, best: dict | None, rows: list[dict] | None,
-              jobs: int) -> None:
+              jobs: int, sizing: str | None = None) -> None:
     """Simulate every policy (at its own split with --gpus), print the table and the verdict, write
     the outputs asked for."""
     for out in (args.json, args.events):
@@ -59,6 +59,8 @@ def run_table(args: argparse.Namespace, cfg: SimConfig, trace: Trace, best: dict
     title = (f"{trace.path}: {shape}; B={cfg.policy.batch_size} groups x G={trace.group_size}, eta={cfg.policy.eta}, "
              f"{cfg.steps} steps{bound}")
     faulty = any(r["metrics"].get("instance_failures") for r in runs)
+    if sizing:
+        print(sizing)
     print(table(runs, title, ROWS + (("instance_failures", "instances_failed") if faulty else ())))
     v = verdict(runs)
     order = [r["policy"] for r in ranked(runs)]

@@ -170,3 +170,17 @@ def test_gpus_and_sensitivity_bad_input(small_trace, extra, msg):
 def test_plan_needs_gpus(small_trace):
     r = run_cli("plan", "--trace", str(small_trace))
     assert r.returncode == 2 and "plan: --gpus N is required" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_max_seqs_auto_prints_the_derivation(small_trace, capsys):
+    assert main(["--trace", str(small_trace), "--hardware", "H100", "--model", "qwen2.5-7b", "--max-seqs", "auto",
+                 "--instances", "4", "--trainer-devices", "4", "--batch-size", "8", "--steps", "2", "--quiet",
+                 "--sensitivity", "0", "--policy", "sync"]) == 0
+    out = capsys.readouterr().out
+    assert "memory (H100 x 1, qwen2.5-7b):" in out and "940,018 KV tokens per instance" in out
+    assert "(1024 slots each)" in out  # short contexts: vLLM's max_num_seqs binds
+
+
+def test_max_seqs_must_be_a_count_or_auto(small_trace):
+    r = run_cli("--trace", str(small_trace), "--max-seqs", "lots")
+    assert r.returncode == 2 and "'lots' is neither a whole number of slots nor auto" in r.stderr

@@ -30,6 +30,7 @@ def search_table(rows: list[dict], gpus: int, dpi: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dora.sim import memory
     from dora.sim.cli import parser, resolve_config
     from dora.sim.run import check_fits
     from dora.sim.runs import run_table
@@ -43,11 +44,12 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError("plan: --gpus N is required (the devices to split between rollout and training)")
         cfg = resolve_config(args)
         trace = load_trace(cfg.trace)
+        cfg, sizing = memory.resolve(cfg, trace)
         check_fits(cfg, trace)
         jobs = check_jobs(args.jobs)
         best, rows = search(cfg, trace, args.gpus, args.splits, jobs, args.ray_address, args.quiet)
         print(search_table(rows, args.gpus, cfg.cluster.devices_per_instance))
-        run_table(args, cfg, trace, best, rows, jobs)
+        run_table(args, cfg, trace, best, rows, jobs, sizing)
     return 0
 
 
