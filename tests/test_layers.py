@@ -81,3 +81,28 @@ def test_the_analysis_layer_sits_below_its_readers():
     for mod in ("dora.metrics", "dora.analysis", "dora.perfetto", "dora.eventlog"):
         assert not any(d.startswith(("dora.plots", "dora.sim", "dora.exec")) for d in GRAPH[mod]), (mod, GRAPH[mod])
     assert "dora.analysis" in GRAPH["dora.perfetto"] and "dora.analysis" in GRAPH["dora.plots.timeline"]
+
+
+BODY_ONLY_ROWS = {"preempt", "tool_start", "tool_end", "sched"}  # docs/architecture.md says why
+
+
+def test_the_bodies_write_shared_rows_through_the_contract():
+    """A body writes by itself only the rows the other body cannot write; every other row comes
+    from dora.body (start_row, end_row, load_row, ...). Read from the source: any call
+    `<x>.add(t, "<event>", ...)` in dora/sim or dora/exec names a body-only event, and no body packs rows."""
+    written: dict[str, set[str]] = {}
+    for p in sorted((REPO / "dora").rglob("*.py")):
+        mod = ".".join(p.relative_to(REPO).with_suffix("").parts)
+        if not mod.startswith(("dora.sim", "dora.exec")):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add" \
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                    and isinstance(node.args[1].value, str):
+                written.setdefault(node.args[1].value, set()).add(mod)
+            if isinstance(node, ast.Name) and node.id in ("pack_row", "appender"):
+                written.setdefault(node.id, set()).add(mod)
+            if isinstance(node, ast.Attribute) and node.attr == "appender":
+                written.setdefault(node.attr, set()).add(mod)
+    assert {"preempt", "sched"} <= set(written)  # the scan sees the rows the bodies do write
+    assert set(written) <= BODY_ONLY_ROWS, {e: sorted(m) for e, m in written.items() if e not in BODY_ONLY_ROWS}

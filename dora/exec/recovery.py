@@ -1,4 +1,4 @@
-"""The executor's fault path, beside its normal path (`dora.exec.orchestrator`): a dead engine
+"""The executor's fault path, beside its normal path (`dora.exec.rollout`, `dora.exec.training`): a dead engine
 actor, a replacement coming back, a failed weight load, a dead trainer restarted from its
 checkpoint. A mixin of the orchestrator: it reads and writes the orchestrator's state.
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 
+from dora.body import Tracked, instance_row, load_row, trainer_row
 from dora.exec.engine.base import EngineStateLost
 from dora.sched import events as E
 
@@ -21,8 +22,8 @@ from dora.sched import events as E
 class Recovery:
     """Fault handling for `Orchestrator` (which defines every attribute used here)."""
 
-    def _live_on(self, inst: int) -> list[int]:
-        return [t for t, w in self.where.items() if w == inst and t in self.seg]
+    def _live_on(self, inst: int) -> list[Tracked]:
+        return [t for t in self.live.values() if t.instance == inst]
 
     def _maybe_kill_instance(self) -> None:
         fa = self.faults
@@ -44,18 +45,17 @@ class Recovery:
         self.held[inst] = -1
         if inst in self.injected_dead:
             why += ", injected kill"
-        self.log.add(now, "fail", inst, detail=why)
+        instance_row(self.log, now, "fail", inst, detail=why)
         lost = self._live_on(inst)
         view = self.policy.view
-        for traj in lost:  # what they generated died with the actor: the segment ends with its tokens unknown
-            self._end_segment(traj, "lost", self.seg[traj][1], now, view.trajs[traj].version,
-                              detail="instance failure")
-            self.where.pop(traj, None)
+        for t in lost:  # what they generated died with the actor: the segment ends with its tokens unknown
+            self._end_segment(t, "lost", t.before, now, view.trajs[t.traj].version, detail="instance failure")
+            del self.live[t.traj]
         for fut in [f for f, v in self.loads.items() if v[0] == inst]:
             del self.loads[fut]
         self.deliver(E.InstanceFailed(inst))
-        for traj in lost:
-            self.deliver(E.TrajectoryLost(traj, inst, "instance failure"))
+        for t in lost:
+            self.deliver(E.TrajectoryLost(t.traj, inst, "instance failure"))
         if self.faults.restart_instances and self.start_engine is not None and inst not in self.no_restart:
             eng = self.start_engine(inst)
             self.engines[inst] = eng
@@ -70,7 +70,7 @@ class Recovery:
             self.ray.get(fut)
         except Exception as e:  # noqa: BLE001 - the replacement failed too: the instance stays down
             self.no_restart.add(inst)
-            self.log.add(self.now(), "fail", inst, detail=f"replacement failed: {type(e).__name__}")
+            instance_row(self.log, self.now(), "fail", inst, detail=f"replacement failed: {type(e).__name__}")
             return
         if version < 0 and self.version > 0:
             eng, v = self.engines[inst], self.version
@@ -84,7 +84,7 @@ class Recovery:
         now = self.now()
         self.dead.discard(inst)
         self.held[inst] = version
-        self.log.add(now, "recover", inst, version=version, dur_s=now - t_start)
+        instance_row(self.log, now, "recover", inst, version, dur_s=now - t_start)
         self.deliver(E.InstanceRecovered(inst, version))
 
     def _load_failed(self, inst: int, version: int, mode: str, t_start: float, err: BaseException) -> None:
@@ -92,8 +92,7 @@ class Recovery:
         now = self.now()
         n = self.load_failures[(inst, version)] = self.load_failures.get((inst, version), 0) + 1
         msg = " ".join(str(err).split())[:160]
-        self.log.add(now, "load_fail", inst, version=version, detail=f"{mode}: {type(err).__name__}: {msg}",
-                     dur_s=now - t_start)
+        load_row(self.log, now, "load_fail", inst, version, f"{mode}: {type(err).__name__}: {msg}", now - t_start)
         lost = isinstance(err, EngineStateLost)  # the backend cannot redo a load: no retry
         if not lost and n <= self.faults.load_retries and version in self.weights:
             self._send_load(inst, version, mode, t_start)
@@ -131,7 +130,7 @@ class Recovery:
                                f"trained so far exactly once")
         began = self.now() - step_time_s
         detail = f"train: {why}; checkpoint v{ckpt}, re-trained {info['replayed']} steps, redo step {step}"
-        self.log.add(t, "trainer_restart", trainer_version=self.version, dur_s=max(began - t, 0.0), detail=detail)
+        trainer_row(self.log, t, "trainer_restart", self.version, dur_s=max(began - t, 0.0), detail=detail)
         self.restarts.append({"t_s": t, "checkpoint": ckpt, "replayed": info["replayed"], "step": step,
                               "restart_s": began - t, "resume_s": info["resume_s"]})
         if self.progress:

@@ -1,4 +1,4 @@
-"""The executor's trainer side, beside its rollout side (`dora.exec.orchestrator`): a `Train`
+"""The executor's trainer side, beside its rollout side (`dora.exec.rollout`): a `Train`
 action becomes a batch of rewarded trajectories for the trainer actor; its return publishes the
 new version (tensors through the object store, or a checkpoint directory), writes the step's
 rows and checkpoints, and delivers VersionPublished. A mixin of the orchestrator: it reads and
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from dora.body import train_rows, trainer_row
 from dora.sched import actions as A
 from dora.sched import events as E
 
@@ -19,25 +20,23 @@ class Training:
     def _train(self, a: A.Train, now: float) -> None:
         from dora.exec.trainer import Trajectory
 
-        batch, rows = [], []
+        batch, rows, consumed = [], [], []
         for traj in a.trajs:
-            r = self.results[traj]
-            pid, sidx, t_disp = self.meta[traj]
+            t, r, t_fin = self.finished.pop(traj)
+            pid = t.prompt_id
             ex = self.examples[self.example_of[pid]]
             text = self.tok.decode(r.token_ids, skip_special_tokens=True)
             reward = float(self.reward_fn(text, ex.answer))
             gen_version = r.versions[0] if r.versions else r.version
-            del self.results[traj]
             batch.append(Trajectory(list(r.prompt_ids), list(r.token_ids), list(r.logprobs), gen_version, pid, reward,
                                     trajectory_id=traj, finish_reason=r.finish_reason))
-            self.log.add(now, "train", -1, traj, pid, gen_version, self.version, tokens=len(r.token_ids))
-            rows.append({"prompt_id": pid, "sample_idx": sidx, "prompt_len": len(r.prompt_ids),
+            consumed.append((traj, pid, gen_version, len(r.prompt_ids) + len(r.token_ids), len(r.token_ids)))
+            rows.append({"prompt_id": pid, "sample_idx": t.sample_idx, "prompt_len": len(r.prompt_ids),
                          "response_len": len(r.token_ids), "finish_reason": "length" if r.finish_reason == "length"
-                         else "stop", "reward": reward, "version": gen_version, "instance": self.fin_inst.get(traj, -1),
-                         "t_start_s": t_disp, "t_end_s": self.fin_t.get(traj, now),
-                         "step": self.drawn_at.get(pid, self.version)})
+                         else "stop", "reward": reward, "version": gen_version, "instance": t.instance,
+                         "t_start_s": t.t_dispatch, "t_end_s": t_fin, "step": self.drawn_at.get(pid, self.version)})
         tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in batch)
-        self.log.add(now, "train_start", trainer_version=self.version, tokens=tokens)
+        train_rows(self.log, now, self.version, consumed, tokens)
         self.batches[self.version + 1] = batch
         self.trained_at[self.version + 1] = list(a.prompt_ids)
         self.train_job = (self.trainer.step.remote(batch), now, rows, tokens)
@@ -47,8 +46,7 @@ class Training:
 
     def _on_trained(self, stats: dict, t_start: float, rows: list[dict], tokens: int) -> None:
         now = self.now()
-        self.log.add(now, "train_end", trainer_version=self.version, tokens=tokens, dur_s=now - t_start,
-                     busy_s=now - t_start)
+        trainer_row(self.log, now, "train_end", self.version, tokens=tokens, dur_s=now - t_start, busy_s=now - t_start)
         self.version += 1
         if self.cfg.rollout.weight_sync == "tensors":
             ref = self.trainer.weights.remote()
@@ -60,7 +58,7 @@ class Training:
         for old in [v for v in self.weights if v < self.version - self.cfg.policy.eta - 1]:
             del self.weights[old]
         pub = self.now()
-        self.log.add(pub, "publish", version=self.version, trainer_version=self.version, dur_s=pub - now)
+        trainer_row(self.log, pub, "publish", self.version, version=self.version, dur_s=pub - now)
         every = self.cfg.checkpoint_every
         if every > 0 and self.version % every == 0 and self.version < self.cfg.steps:
             # queued on the trainer before its next step; written to a temporary dir and renamed

@@ -16,9 +16,9 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
-from dora.body import Body
+from dora.body import Body, end_row, instance_row, start_row, stop_row
 from dora.errors import InputError
-from dora.eventlog import EventLog, pack_row
+from dora.eventlog import EventLog
 from dora.sched import actions as A
 from dora.sched import events as E
 from dora.sched.policy import Policy
@@ -91,8 +91,8 @@ class Cluster(Body):
     """Runs one policy on one trace until the trainer has published `steps` versions."""
 
     # slots: the per-event paths read these attributes millions of times (a new one goes here too)
-    __slots__ = ("env", "trace", "spec", "cost", "policy", "steps", "data", "_plens", "_rlens", "log", "progress",
-                 "_row", "_dispatch_code", "_finish_code", "seqs", "where", "pid_of", "version_of", "plen", "rlen",
+    __slots__ = ("env", "trace", "spec", "cost", "policy", "steps", "data", "_plens", "_rlens", "progress",
+                 "live", "pid_of", "version_of", "plen", "rlen",
                  "interrupted", "migrations", "events", "sim_events", "done", "faults", "draws", "failures",
                  "failed_ids", "_fail_epoch", "_latency", "_host_g", "_notifying", "_bg", "_idle_progress",
                  "_idle_since", "instances", "imbalance", "_strag", "_moe", "wsync", "trainer", "_turns",
@@ -125,12 +125,8 @@ class Cluster(Body):
         self._gaps: set[int] = set()  # trajectory ids skipped by an out-of-order dispatch, not yet dispatched
         self.log = log if log is not None else EventLog()
         self.progress = progress
-        self._row = self.log.appender()  # hot rows (dispatch, finish) go straight in, packed by pack_row
-        self._dispatch_code = self.log.code("dispatch")
-        self._finish_code = self.log.code("finish")
-        self.seqs: dict[int, Seq] = {}  # live segment of each trajectory
-        self.where: dict[int, int] = {}  # trajectory -> instance (or -1 in transit)
-        # per trajectory id (ids are dense, assigned in dispatch order by the scheduler)
+        self.live: dict[int, Seq] = {}  # live trajectory -> its segment (Seq.instance: -1 while it moves)
+        # what the trainer consumes, per trajectory id (ids are dense, assigned in dispatch order by the scheduler)
         self.pid_of = array("q")
         self.version_of = array("i")  # version of its first token
         self.plen = array("i")
@@ -305,13 +301,12 @@ class Cluster(Body):
         lost = inst.fail(now)
         lost_ids = [s.traj for s in lost]
         for s in lost:
-            self._end_row(s, inst, "lost", now, detail="instance failure")
+            end_row(self.log, now, "lost", s, "instance failure")
         for s in self.interrupted.pop(iid, []):  # waiting for this instance's reload
             lost_ids.append(s.traj)
-        self.log.add(now, "fail", iid, detail="instance failure")
+        instance_row(self.log, now, "fail", iid, detail="instance failure")
         for traj in lost_ids:
-            self.seqs.pop(traj, None)
-            self.where.pop(traj, None)
+            self.live.pop(traj, None)
         self.deliver(E.InstanceFailed(iid))
         for traj in lost_ids:
             self.deliver(E.TrajectoryLost(traj, iid, "instance failure"))
@@ -326,7 +321,7 @@ class Cluster(Body):
         inst = self.instances[iid]
         version = self.trainer.version  # the repair fetched the newest published weights
         inst.recover(now, version)
-        self.log.add(now, "recover", iid, version=version)
+        instance_row(self.log, now, "recover", iid, version)
         self.deliver(E.InstanceRecovered(iid, version))
         if self.faults.mtbf_s > 0 and iid not in self.spec.elastic:
             self._fail_later(now + self.draws.time_to_failure(), iid)
@@ -340,9 +335,6 @@ class Cluster(Body):
     # ---- the body contract (dora.body.Body: its `apply` is the action table) ------------------------
     def now(self) -> float:
         return self.env._now
-
-    def event_log(self) -> EventLog:
-        return self.log
 
     def draw(self, count: int) -> list[E.GroupSpec]:
         return self.data.draw(count)
@@ -366,12 +358,12 @@ class Cluster(Body):
         row = self.data.row(pid, a.sample_idx)
         plen = self._plens[row]
         rlen = self._rlens[row]
-        s = Seq(traj, pid, version, rlen, plen, plen, now, plen)
+        s = Seq(traj, pid, a.instance, version, rlen, plen, plen, now, plen)
+        s.sample_idx = a.sample_idx
         turns = self._turns
         if turns is not None and turns[row] > 1:
             self._split_turns(s, row, turns[row])
-        self.seqs[traj] = s
-        self.where[traj] = a.instance
+        self.live[traj] = s
         if traj == len(self.pid_of):
             self.pid_of.append(pid)
             self.version_of.append(version)
@@ -379,7 +371,7 @@ class Cluster(Body):
             self.rlen.append(rlen)
         else:
             self._dispatch_out_of_order(traj, pid, version, plen, rlen)
-        self._row(pack_row(now, self._dispatch_code, a.instance, traj, pid, version, -1, plen, 0.0, 0.0, 0.0))
+        start_row(self.log, now, "dispatch", s, plen)
         inst.waiting.append(s)  # inst.submit(s, now), inlined (hot path)
         inst.touch(now)
 
@@ -415,10 +407,10 @@ class Cluster(Body):
         self.tool_tokens_of[s.traj] = (turns - 1) * tool
 
     def _abort(self, a: A.Abort, now: float) -> None:
-        s = self.seqs.get(a.traj)
+        s = self.live.get(a.traj)
         if s is None:
             return  # already finished or gone
-        iid = self.where[a.traj]
+        iid = s.instance
         if iid < 0:
             s.stop = Stop(ABORT, a.reason)  # in transit: dropped on arrival
             return
@@ -430,17 +422,16 @@ class Cluster(Body):
                 s.stop = Stop(ABORT, a.reason)
                 return
             waiting.remove(s)  # interrupted, waiting for its instance's reload
-            self.log.add(now, "abort", iid, s.traj, s.prompt_id, s.version, detail=a.reason)
-            del self.seqs[s.traj]
-            del self.where[s.traj]
+            stop_row(self.log, now, "abort", iid, s, a.reason)
+            del self.live[s.traj]
             return
         self.instances[iid].request_stop(s, Stop(ABORT, a.reason), now)
 
     def _migrate(self, a: A.Migrate, now: float) -> None:
         if a.traj in self._notifying:
             return  # it finished; its result is on its way to the policy
-        s = self.seqs[a.traj]
-        src = self.where[a.traj]
+        s = self.live[a.traj]
+        src = s.instance
         if not self.instances[a.dst].alive:
             raise RuntimeError(f"policy bug: migrate trajectory {a.traj} to failed instance {a.dst}")
         if src < 0 or src == a.dst:
@@ -499,10 +490,6 @@ class Cluster(Body):
         self.trainer.start(now, rows)
 
     # ---- callbacks from instances and trainer --------------------------------------------------
-    def _end_row(self, s: Seq, inst: Instance, event: str, now: float, detail: str = "") -> None:
-        self.log.add(now, event, inst.id, s.traj, s.prompt_id, s.version, -1, s.made, detail,
-                     now - s.t_start, s.busy, s.prefill_s)
-
     def _on_finish(self, s: Seq, inst: Instance, now: float) -> None:
         if self._latency > 0.0:  # the result reaches the policy request_latency_s later
             self._notifying[s.traj] = (s, inst, self._fail_epoch[inst.id])
@@ -513,10 +500,8 @@ class Cluster(Body):
     def _finished(self, s: Seq, inst: Instance, now: float) -> None:
         """Log the finish and tell the policy."""
         traj = s.traj
-        self._row(pack_row(now, self._finish_code, inst.id, traj, s.prompt_id, s.version, -1, s.made,
-                           now - s.t_start, s.busy, s.prefill_s))
-        del self.seqs[traj]
-        self.where.pop(traj, None)
+        end_row(self.log, now, "finish", s)
+        del self.live[traj]
         self.deliver(E.TrajectoryFinished(traj, inst.id, self.rlen[traj]))
 
     def _notify(self, traj: int) -> None:
@@ -525,16 +510,14 @@ class Cluster(Body):
         s, inst, epoch = self._notifying.pop(traj)
         now = self.env._now
         if self._fail_epoch[inst.id] != epoch:  # the result died with its instance
-            self._end_row(s, inst, "lost", now, detail="instance failure")
-            del self.seqs[traj]
-            self.where.pop(traj, None)
+            end_row(self.log, now, "lost", s, "instance failure")
+            del self.live[traj]
             self.deliver(E.TrajectoryLost(traj, inst.id, "instance failure"))
             return
         stop = s.stop
         if stop is not None and stop.kind == ABORT:  # aborted by the policy before it learnt of the finish
-            self._end_row(s, inst, "abort", now, detail=stop.reason)
-            del self.seqs[traj]
-            self.where.pop(traj, None)
+            end_row(self.log, now, "abort", s, stop.reason)
+            del self.live[traj]
             return
         s.stop = None  # a migration asked meanwhile came too late: it finished where it was
         self._finished(s, inst, now)
@@ -545,49 +528,45 @@ class Cluster(Body):
         if why is None:
             raise RuntimeError(f"trajectory {s.traj} stopped without a stop request")
         if why.kind == ABORT:
-            self._end_row(s, inst, "abort", now, detail=why.reason)
-            del self.seqs[s.traj]
-            self.where.pop(s.traj, None)
+            end_row(self.log, now, "abort", s, why.reason)
+            del self.live[s.traj]
         elif why.kind == MIGRATE:
             dst_i, kv = why.dst, why.kv
-            self._end_row(s, inst, "migrate_out", now, detail=f"to {dst_i}")
-            self.where[s.traj] = -1
+            end_row(self.log, now, "migrate_out", s, f"to {dst_i}")
+            s.instance = -1
             self.migrations += 1
             ctx = s.ctx - s.prefill if s.multi else s.ctx  # (multi-turn: the context computed so far)
             dt = self.cost.kv_transfer_s(ctx) if kv else 0.0
             t = now + dt
             self._scheduler_for(dst_i)(t, ARRIVAL, lambda _: self._arrive(s, inst.id, dst_i, kv, t))
         else:  # INTERRUPT
-            self._end_row(s, inst, "interrupt", now)
+            end_row(self.log, now, "interrupt", s)
             self.interrupted.setdefault(inst.id, []).append(s)
 
     def _arrive(self, s: Seq, src: int, dst: int, kv: bool, now: float) -> None:
         if not self.instances[dst].alive:  # its destination failed while it was in transit
-            self.log.add(now, "lost", dst, s.traj, s.prompt_id, s.version, detail="instance failure")
-            del self.seqs[s.traj]
-            self.where.pop(s.traj, None)
+            stop_row(self.log, now, "lost", dst, s, "instance failure")
+            del self.live[s.traj]
             if not s.aborting():
                 self.deliver(E.TrajectoryLost(s.traj, dst, "instance failure"))
             return
         stop = s.stop
         if stop is not None and stop.kind == ABORT:
-            self.log.add(now, "abort", dst, s.traj, s.prompt_id, s.version, detail=stop.reason)
-            del self.seqs[s.traj]
-            self.where.pop(s.traj, None)
+            stop_row(self.log, now, "abort", dst, s, stop.reason)
+            del self.live[s.traj]
             return
         inst = self.instances[dst]
         if s.multi:
-            n = self._moved_turns(s, kv, now)
+            n = self._moved_turns(s, dst, kv, now)
             carried = s.ctx - s.prefill  # computed context: moved, or re-prefilled from scratch
         else:
-            n = Seq(s.traj, s.prompt_id, s.version, s.remaining, s.ctx, 0 if kv else s.ctx, now)
+            n = Seq(s.traj, s.prompt_id, dst, s.version, s.remaining, s.ctx, 0 if kv else s.ctx, now)
             carried = s.ctx
+        n.follow(s)
         if not kv:
             inst.reprefill_tokens += carried
-        self.seqs[s.traj] = n
-        self.where[s.traj] = dst
-        self.log.add(now, "migrate_in", dst, s.traj, s.prompt_id, s.version, tokens=carried,
-                     detail=f"from {src} kv" if kv else f"from {src} reprefill")
+        self.live[s.traj] = n
+        start_row(self.log, now, "migrate_in", n, carried, f"from {src} kv" if kv else f"from {src} reprefill")
         if n.tool_end > now:
             inst.wait_tool(n, now)  # its tool call is still under way: it waits here
         elif n.tool_end >= 0:
@@ -596,11 +575,12 @@ class Cluster(Body):
             inst.submit(n, now)
         self.deliver(E.MigrationDone(s.traj, src, dst))
 
-    def _moved_turns(self, s: Seq, kv: bool, now: float) -> Seq:
+    def _moved_turns(self, s: Seq, dst: int, kv: bool, now: float) -> Seq:
         """The segment that continues multi-turn `s` after a migration: its pending prefill stays
         pending (with the KV) or the whole context is prefilled again (without); the KV it had
         pinned between turns comes pinned (with the KV)."""
-        n = Seq(s.traj, s.prompt_id, s.version, s.remaining, s.ctx, s.prefill if kv else s.ctx, now, s.fresh)
+        n = Seq(s.traj, s.prompt_id, dst, s.version, s.remaining, s.ctx, s.prefill if kv else s.ctx, now,
+                s.fresh)
         n.carry(s)
         if kv:
             n.held = s.held
@@ -611,12 +591,13 @@ class Cluster(Body):
         if mode == "interrupt":
             # continue every in-flight trajectory under the new version: re-prefill its context
             for s in self.interrupted.pop(inst.id, []):
-                n = Seq(s.traj, s.prompt_id, version, s.remaining, s.ctx, s.ctx, now)
+                n = Seq(s.traj, s.prompt_id, inst.id, version, s.remaining, s.ctx, s.ctx, now)
+                n.follow(s)
                 if s.multi:
                     n.carry(s)
                 inst.reprefill_tokens += s.ctx
-                self.seqs[s.traj] = n
-                self.log.add(now, "resume", inst.id, s.traj, s.prompt_id, version, tokens=s.ctx)
+                self.live[s.traj] = n
+                start_row(self.log, now, "resume", n, s.ctx)
                 inst.waiting.append(n)
             for s in inst.waiting:
                 if s.version != version:
@@ -624,10 +605,10 @@ class Cluster(Body):
                         self._reprefill_between_turns(s, inst, version, now)
                         continue
                     # queued, nothing generated yet: just the new version
-                    self._end_row(s, inst, "interrupt", now)
-                    s.version = version
+                    end_row(self.log, now, "interrupt", s)
+                    s.version = version  # (a preempted one keeps its tokens and decode share)
                     s.t_start = now
-                    self.log.add(now, "resume", inst.id, s.traj, s.prompt_id, version, tokens=s.ctx)
+                    start_row(self.log, now, "resume", s, s.ctx)
             for s in inst.tooling.values():
                 if s.version != version:
                     self._reprefill_between_turns(s, inst, version, now)
@@ -637,14 +618,12 @@ class Cluster(Body):
         """A multi-turn trajectory queued or in a tool call on `inst` when its weights were swapped
         (interrupt mode): it continues under `version`, its computed context (pinned or not) to
         prefill again."""
-        self._end_row(s, inst, "interrupt", now)
-        s.made, s.busy, s.prefill_s = 0, 0.0, 0.0
-        s.version = version
-        s.t_start = now
+        end_row(self.log, now, "interrupt", s)
+        s.restart(now, inst.id, version, s.tokens())
         stale = s.ctx - s.prefill
         s.prefill = s.ctx
         inst.reprefill_tokens += stale
-        self.log.add(now, "resume", inst.id, s.traj, s.prompt_id, version, tokens=stale)
+        start_row(self.log, now, "resume", s, stale)
 
     def _reshard_s(self, iid: int, version: int, now: float) -> float:
         return self.cost.colocated_reshard_s
@@ -674,11 +653,11 @@ class Cluster(Body):
             for s in list(inst.running.values()):
                 made = inst.progress(s, now)
                 s.made = made
-                self._end_row(s, inst, "end", now)
+                end_row(self.log, now, "end", s)
             for s in inst.waiting:
-                self._end_row(s, inst, "end", now)
+                end_row(self.log, now, "end", s)
             for s in inst.tooling.values():
-                self._end_row(s, inst, "end", now)
+                end_row(self.log, now, "end", s)
         for s, inst, _ in self._notifying.values():  # finished, result still on its way
-            self._end_row(s, inst, "end", now)
+            end_row(self.log, now, "end", s)
         self.close_log(self.policy.view, now, self.trainer.version)

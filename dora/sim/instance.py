@@ -38,6 +38,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING, Callable
 
+from dora.body import Tracked, load_row
 from dora.sim.cost import CostModel
 from dora.sim.order import ARRIVAL, REPLAN
 
@@ -71,18 +72,23 @@ class Stop:
 _INTERRUPTED = Stop(INTERRUPT)
 
 
-class Seq:
-    """One trajectory segment on an instance (simulator-side truth, incl. its true length)."""
+class Seq(Tracked):
+    """One trajectory segment on an instance: the body contract's `Tracked` record (ids,
+    instance, version, segment start, tokens made, decode share, prefill) and this engine's
+    state of it (simulator-side truth, incl. its true length)."""
 
-    __slots__ = ("traj", "prompt_id", "version", "remaining", "ctx", "prefill", "k0", "target",
-                 "phi0", "state", "t_start", "made", "busy", "prefill_s", "stop", "fresh",
+    __slots__ = ("remaining", "ctx", "prefill", "k0", "target", "phi0", "state", "stop", "fresh",
                  "multi", "rest", "calls", "wait_s", "tool", "tool_end", "held")
 
-    def __init__(self, traj: int, prompt_id: int, version: int, remaining: int, ctx: int, prefill: int,
-                 t_start: float, fresh: int = 0):
-        self.traj = traj
+    def __init__(self, traj: int, prompt_id: int, instance: int, version: int, remaining: int, ctx: int,
+                 prefill: int, t_start: float, fresh: int = 0):
+        self.traj = traj  # the Tracked fields, set here (no call to Tracked.__init__ on this hot path)
         self.prompt_id = prompt_id
+        self.sample_idx = -1
+        self.instance = instance
         self.version = version
+        self.t_dispatch = t_start
+        self.before = 0
         self.remaining = remaining  # tokens still to generate
         self.ctx = ctx  # tokens in context (KV) when (re)admitted
         self.prefill = prefill  # tokens to prefill on admission (0 when the KV came with it)
@@ -606,7 +612,7 @@ class Instance:
         self.load_req = None
         self.loading = version
         self.load_s = self.load_time(self.id, version, now)
-        self.log.add(now, "load_start", self.id, version=version, detail=mode)
+        load_row(self.log, now, "load_start", self.id, version, mode)
         if mode == "interrupt":
             for s in list(self.running.values()):
                 self._leave(s)
@@ -626,7 +632,7 @@ class Instance:
             return  # the instance failed during the load
         if self.load_fails is not None and self.load_fails():
             # the new weights did not arrive intact: nothing serves until the retry succeeds
-            self.log.add(now, "load_fail", self.id, version=version, detail=mode, dur_s=self.load_s)
+            load_row(self.log, now, "load_fail", self.id, version, mode, self.load_s)
             self._await_load(now + self.load_s, version, mode, evict)
             return
         self.loading = -1
@@ -636,7 +642,7 @@ class Instance:
                 self.versions.discard(evict)
         else:
             self.versions = {version}
-        self.log.add(now, "load_end", self.id, version=version, detail=mode, dur_s=self.load_s)
+        load_row(self.log, now, "load_end", self.id, version, mode, self.load_s)
         self.T0 = now
         if self.on_loaded is not None:
             self.on_loaded(self, version, mode)
@@ -658,7 +664,7 @@ class Instance:
         dur, version = req
         self.pause_req = None
         self.loading = version  # paused: nothing decodes, requests queue until the end
-        self.log.add(now, "load_start", self.id, version=version, detail="broadcast")
+        load_row(self.log, now, "load_start", self.id, version, "broadcast")
         self.T0 = now
         self.A = self.Bq = self.E = 0.0
         tok = self.load_token
@@ -669,7 +675,7 @@ class Instance:
         if tok != self.load_token:
             return  # the instance failed during the broadcast
         self.loading = -1
-        self.log.add(now, "load_end", self.id, version=version, detail="broadcast", dur_s=dur)
+        load_row(self.log, now, "load_end", self.id, version, "broadcast", dur)
         self.T0 = now
         if self.on_staged is not None:
             self.on_staged(self, version)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from dora.body import train_rows, trainer_row
 from dora.eventlog import EventLog
 from dora.sim.cost import CostModel
 from dora.sim.order import TRAINER
@@ -48,9 +49,7 @@ class Trainer:
             raise RuntimeError("policy bug: Train while the trainer is busy")
         self.busy = True
         tokens = sum(r[3] for r in rows)
-        code, tv = self.log.code("train"), self.version
-        self.log.extend([(now, code, -1, traj, pid, ver, tv, rtok, 0.0, 0.0, 0.0) for traj, pid, ver, _, rtok in rows])
-        self.log.add(now, "train_start", trainer_version=self.version, tokens=tokens)
+        train_rows(self.log, now, self.version, rows, tokens)
         dt = self.cost.train_s(tokens, self.devices) * self.speed
         self.step = (dt, tokens)
         self._begin_step(max(now, self.down_until))
@@ -65,8 +64,7 @@ class Trainer:
     def _end(self, tok: int, now: float, dt: float, tokens: int) -> None:
         if tok != self.token:
             return
-        self.log.add(now, "train_end", trainer_version=self.version, tokens=tokens, dur_s=dt,
-                     busy_s=dt * self.devices)
+        trainer_row(self.log, now, "train_end", self.version, tokens=tokens, dur_s=dt, busy_s=dt * self.devices)
         if self.on_trained is not None:
             self.on_trained(now)
         pub = 0.0 if self.colocated else self.cost.publish_s
@@ -84,14 +82,14 @@ class Trainer:
         self.version += 1
         self.steps_done += 1
         self.busy = False
-        self.log.add(now, "publish", version=self.version, trainer_version=self.version, dur_s=pub)
+        trainer_row(self.log, now, "publish", self.version, version=self.version, dur_s=pub)
         self._on_published(self.version)
 
     def _crash(self, now: float) -> None:
         back = now + self.restart_s
         self.down_until = max(self.down_until, back)
         phase = self.phase or "idle"
-        self.log.add(now, "trainer_restart", trainer_version=self.version, dur_s=self.restart_s, detail=phase)
+        trainer_row(self.log, now, "trainer_restart", self.version, dur_s=self.restart_s, detail=phase)
         if self.phase == "train":
             self.token += 1
             self._begin_step(self.down_until)  # redo the whole step from the checkpoint
