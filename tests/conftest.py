@@ -88,3 +88,7 @@ def small_config(trace: Path, **over) -> SimConfig:
 @pytest.fixture(scope="session")
 def small(small_trace):
     return load_trace(small_trace)
+
+
+# under CI=true a skip for a missing executor dependency is a failure (tests/ci_skips.py)
+from tests.ci_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401
