@@ -38,25 +38,20 @@ def _run(pytester, monkeypatch):
     return pytester.runpytest_subprocess("-p", "tests.ci_skips", "-p", "no:cacheprovider", timeout=120)
 
 
-@pytest.mark.parametrize("ci", ["true", ""])
-def test_module_level_skip_fails_under_ci(pytester, monkeypatch, ci):
-    monkeypatch.setenv("CI", ci)
-    pytester.makepyfile(test_mod=MODULE_LEVEL)
-    res = _run(pytester, monkeypatch)
-    if ci:
-        res.assert_outcomes(errors=1)
-        res.stdout.fnmatch_lines(["*CI=true: torch.no_such_module_for_ci_skips does not import*"])
-    else:
-        res.assert_outcomes(skipped=1)
+CASES = {  # source, outcomes under CI=true, outcomes without CI, the failure's line under CI
+    "module level": (MODULE_LEVEL, {"errors": 1}, {"skipped": 1}, "torch.no_such_module_for_ci_skips"),
+    "in a test": (IN_TEST, {"failed": 1, "skipped": 1, "passed": 1}, {"skipped": 2, "passed": 1},
+                  "ray.no_such_module_for_ci_skips"),
+}
 
 
 @pytest.mark.parametrize("ci", ["true", ""])
-def test_skip_in_a_test_fails_under_ci(pytester, monkeypatch, ci):
+@pytest.mark.parametrize("case", CASES)
+def test_missing_executor_module_fails_only_under_ci(pytester, monkeypatch, case, ci):
+    source, in_ci, local, name = CASES[case]
     monkeypatch.setenv("CI", ci)
-    pytester.makepyfile(test_mod=IN_TEST)
+    pytester.makepyfile(test_mod=source)
     res = _run(pytester, monkeypatch)
+    res.assert_outcomes(**(in_ci if ci else local))
     if ci:
-        res.assert_outcomes(failed=1, skipped=1, passed=1)
-        res.stdout.fnmatch_lines(["*CI=true: ray.no_such_module_for_ci_skips does not import*"])
-    else:
-        res.assert_outcomes(skipped=2, passed=1)
+        res.stdout.fnmatch_lines([f"*CI=true: {name} does not import*"])
