@@ -211,5 +211,14 @@ def read_events(path: str | Path) -> pd.DataFrame:
     df = table.to_pandas()
     df["event"] = df["event"].astype("category")
     raw = (table.schema.metadata or {}).get(META_KEY)
-    df.attrs["run"] = json.loads(raw) if raw else {}
+    try:
+        run = json.loads(raw) if raw else {}
+    except ValueError:
+        raise InputError(f"event log {p}: its metadata 'dora.run' is not valid JSON; write the log again with "
+                         "dora.sim or dora.exec --events") from None
+    if not isinstance(run, dict):
+        raise InputError(f"event log {p}: its metadata 'dora.run' is {type(run).__name__}, not a mapping; write the "
+                         "log again with dora.sim or dora.exec --events")
+    df.attrs["run"] = run
+    df.attrs["path"] = str(p)
     return df

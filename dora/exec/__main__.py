@@ -55,8 +55,12 @@ def parser() -> argparse.ArgumentParser:
 def resolve_config(args: argparse.Namespace) -> ExecConfig:
     data: dict = load_yaml(args.config) if args.config else {}
     if args.policy_config:
-        pol = load_yaml(args.policy_config)
-        data["policy"] = deep_merge(data.get("policy", {}), pol.get("policy", pol))
+        pol = load_yaml(args.policy_config, "policy config")
+        pol = pol["policy"] if "policy" in pol else pol
+        if not isinstance(pol, dict):
+            raise InputError(f"policy config {args.policy_config}: 'policy' must be a mapping of PolicyConfig keys "
+                             f"(eta, batch_size, dora: {{...}}), got {pol!r}")
+        data = deep_merge(data, {"policy": pol})
     flags = {("model",): args.model, ("steps",): args.steps, ("seed",): args.seed, ("out",): args.out,
              ("ray_address",): args.ray_address, ("rollout", "instances"): args.instances,
              ("rollout", "backend"): args.backend, ("policy", "eta"): args.eta,

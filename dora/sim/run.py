@@ -13,6 +13,7 @@ from dora.body import RunResult, run_info as body_run_info
 from dora.config import to_dict
 from dora.errors import InputError
 from dora.eventlog import EventLog
+from dora.limits import check_memory
 from dora.metrics import compute_metrics
 from dora.sched.registry import POLICIES
 from dora.sched.policy import Policy
@@ -26,9 +27,15 @@ from dora.trace import Trace
 
 
 def imbalance_cv(cfg: SimConfig, trace: Trace) -> float:
+    """cost.moe_imbalance_cv, or (at -1) the one the trace's generator recorded; a trace that
+    records none (not made by dora.trace generate) runs its instances at equal speed (0)."""
     if cfg.cost.moe_imbalance_cv >= 0:
         return cfg.cost.moe_imbalance_cv
-    return float(trace.metadata.get("params", {}).get("moe_imbalance_cv", 0.0))
+    cv = trace.metadata.get("params", {}).get("moe_imbalance_cv", 0.0)
+    if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not 0 <= cv < float("inf"):
+        raise InputError(f"bad trace {trace.path}: its metadata records moe_imbalance_cv {cv!r}, not a number >= 0; "
+                         "fix the metadata or set cost.moe_imbalance_cv")
+    return float(cv)
 
 
 def slowdowns(cfg: SimConfig, trace: Trace, n: int) -> np.ndarray:
@@ -66,6 +73,28 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
         if int(i) >= c.instances:
             raise InputError(f"faults.fail_at: instance {int(i)} does not exist (rollout instances are "
                              f"0..{c.instances - 1}); use an id below cluster.instances")
+    imbalance_cv(cfg, trace)  # refuse a bad recorded value before any run
+    events, need = memory_estimate(cfg, trace)
+    check_memory(f"simulation of {len(cfg.policies)} polic{'ies' if len(cfg.policies) > 1 else 'y'} "
+                 f"(about {events:,.0f} events each)", need,
+                 "lower --steps, --batch-size, --instances or --max-seqs, or run fewer policies at once")
+
+
+# What a run holds, generously (measured: 3-4 log rows per trajectory, ~2 per instance and step,
+# ~8 KiB per instance): every policy's event frame is kept until the outputs are written.
+ROWS_PER_TRAJECTORY, ROWS_PER_INSTANCE_STEP = 8, 4
+BYTES_PER_ROW, BYTES_PER_INSTANCE, BYTES_PER_SLOT = 400, 16384, 40
+
+
+def memory_estimate(cfg: SimConfig, trace: Trace) -> tuple[float, float]:
+    """(log rows per policy, bytes for the whole command) of a run, before it starts."""
+    c, p = cfg.cluster, cfg.policy
+    G = p.group_size or trace.group_size
+    n_inst = float(c.instances) + c.trainer_devices  # elastic trainer devices may serve as instances
+    steps = float(cfg.steps) + p.eta + 1  # groups in flight beyond the last step
+    rows = steps * p.batch_size * G * ROWS_PER_TRAJECTORY + steps * n_inst * ROWS_PER_INSTANCE_STEP
+    held = n_inst * (BYTES_PER_INSTANCE + BYTES_PER_SLOT * (c.max_seqs + 1.0))
+    return rows, rows * BYTES_PER_ROW * len(cfg.policies) + held
 
 
 def make_policy(name: str, cfg: SimConfig, group_size: int) -> Policy:

@@ -163,7 +163,10 @@ def load_trace(path: str | Path) -> Trace:
         try:
             meta = json.loads(raw)
         except ValueError:
-            meta = {}
+            meta = None
+        if not isinstance(meta, dict) or not isinstance(meta.get("params", {}), dict):
+            raise InputError(f"bad trace {p}: its metadata 'dora.trace' is not a JSON mapping (with 'params' a "
+                             "mapping); write it again with dora.trace.write_trace, or without that metadata")
     return Trace(
         path=p,
         prompt_id=cols["prompt_id"][order],
