@@ -61,6 +61,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dora.errors import InputError
+from dora.io import atomic_path
 
 COLUMNS = ("t_s", "event", "instance", "trajectory", "prompt_id", "version", "trainer_version",
            "tokens", "detail", "dur_s", "busy_s", "prefill_s")
@@ -190,11 +191,8 @@ def write_events(df: pd.DataFrame, path: str | Path) -> None:
     meta = dict(table.schema.metadata or {})
     meta[META_KEY] = json.dumps(df.attrs.get("run", {}), sort_keys=True, default=str).encode()
     table = table.replace_schema_metadata(meta)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(out)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
 
 
 def read_events(path: str | Path) -> pd.DataFrame:

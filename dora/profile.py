@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dora.errors import InputError
+from dora.io import write_text
 
 FORMAT = "dora.profile/1"
 TABLES = {
@@ -122,12 +123,7 @@ def _plain(x: Any) -> Any:
 
 def write_profile(profile: dict, path: str | Path) -> Path:
     """Write atomically (temp file renamed into place)."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(profile))
-    tmp.replace(out)
-    return out
+    return write_text(path, json.dumps(profile))
 
 
 def read_profile(path: str | Path) -> dict:

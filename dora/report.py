@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
+from dora.io import write_text
 from dora.metrics import METRIC_NAMES
 
 _FORMATS = {
@@ -56,11 +55,8 @@ def table(runs: list[dict], title: str = "", rows: tuple[str, ...] = ROWS) -> st
 
 
 def write_json(runs: list[dict], path: str) -> None:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps({"runs": runs}, indent=2, default=_jsonable))
-    tmp.replace(out)
+    """{"runs": [...]} as JSON, atomically (NaN written as NaN, as json does)."""
+    write_text(path, json.dumps({"runs": runs}, indent=2, default=_jsonable))
 
 
 def _jsonable(o):

@@ -131,7 +131,7 @@ ROWS: list[Row] = [
     _r(SWEEP, "--trace-preset without --trace-param", "--trace-preset", *SW, "--grid", "policy.eta=1,2",
        "--trace-preset", "moe_longtail"),
     _r(SWEEP, "--jobs 0", "--jobs", *SW, "--grid", "policy.eta=1,2", "--jobs", "0"),
-    _r(SWEEP, "--out OUT/s.txt (not .parquet/.csv)", "table type", "sweep", *T, "--quiet",
+    _r(SWEEP, "--out OUT/s.txt (not .parquet/.csv)", "file type", "sweep", *T, "--quiet",
        "--grid", "policy.eta=1,2", "--out", "OUT/s.txt"),
     _r(SWEEP, "--trace of a missing file", "not found", "sweep", "--trace", "IN/missing.parquet",
        "--grid", "policy.eta=1,2", "--out", "OUT/s.parquet", "--quiet"),

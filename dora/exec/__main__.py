@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-
 from dora.config import apply_cli, build, deep_merge, load_yaml
 from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.io import check_output, check_output_dir
 from dora.exec.run_config import ExecConfig, check_model
 from dora.sched.registry import names as policy_names
 
@@ -77,11 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     with cli_errors("dora.exec"):
         cfg = resolve_config(args)
-        for out in (args.json, args.events, args.trace_out, args.profile_out):
-            if out and Path(out).is_dir():
-                raise InputError(f"output {out}: is a directory; give a file path")
-        if Path(cfg.out).exists() and not Path(cfg.out).is_dir():
-            raise InputError(f"out {cfg.out}: is a file; --out names a directory for checkpoints and logs")
+        for flag, out, suffix in (("--json", args.json, "json"), ("--events", args.events, "parquet"),
+                                  ("--trace-out", args.trace_out, "parquet"), ("--profile-out", args.profile_out, "json")):
+            if out:
+                check_output(out, (suffix,), flag, f"out.{suffix}")
+        check_output_dir(cfg.out, "--out")
         check_model(cfg.model)
         if cfg.task.dataset != "count":
             from dora.exec.tasks import load_dataset

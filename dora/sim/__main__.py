@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
-
-from dora.errors import InputError, cli_errors
+from dora.errors import cli_errors
+from dora.io import check_output
 from dora.eventlog import events_path, write_events
 from dora.report import ROWS, add_ratios, table, write_json
 from dora.sim.cli import parser, resolve_config
@@ -41,9 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser(__doc__).parse_args(argv)
     with cli_errors("dora.sim"):
         cfg = resolve_config(args)
-        for out in (args.json, args.events):
-            if out and Path(out).is_dir():
-                raise InputError(f"output {out}: is a directory; give a file path")
+        if args.json:
+            check_output(args.json, ("json",), "--json", "runs.json")
+        if args.events:
+            check_output(args.events, ("parquet",), "--events", "events.parquet")
         if args.plot:
             from dora.plots import check_output as check_plot_output, plot_runs  # matplotlib: only when asked
 

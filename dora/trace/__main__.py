@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from pathlib import Path
-
 from dora.config import build
-from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.errors import ArgumentParser, cli_errors
+from dora.io import check_output
 from dora.trace.generate import PRESETS, TraceParams, generate_to
 from dora.trace.schema import load_trace
 from dora.trace.stats import format_stats, trace_stats
@@ -35,11 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                 if v is not None:
                     base[f.name] = v
             params = build(TraceParams, base)
-            out = Path(args.out)
-            if out.is_dir():
-                raise InputError(f"--out {out}: is a directory; give a file path such as {out / 'trace.parquet'}")
-            if out.suffix.lower() != ".parquet":
-                raise InputError(f"--out {out}: a trace is a parquet file; name it .parquet")
+            check_output(args.out, ("parquet",), "--out", "trace.parquet")
             generate_to(args.out, params)
             print(format_stats(args.out, trace_stats(load_trace(args.out))))
         else:

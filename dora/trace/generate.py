@@ -41,9 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dora.errors import InputError
+from dora.limits import check_memory
 from dora.trace.schema import write_trace
 
 GENERATOR = "dora.trace.generate/1"
+BYTES_PER_ROW = 200  # the generator's float64 temporaries and columns per trajectory, generously
 
 
 @dataclass
@@ -104,6 +106,9 @@ class TraceParams:
                      "tool_tokens_sigma"):
             if getattr(self, name) < 0:
                 raise InputError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        rows = float(self.steps) * self.prompts_per_step * self.group_size
+        check_memory(f"trace of {rows:,.0f} trajectories", rows * BYTES_PER_ROW,
+                     "lower steps, prompts_per_step or group_size")
 
     def record(self) -> dict:
         """The parameters as the trace metadata stores them: the optional families' fields only

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dora.errors import InputError
+from dora.io import atomic_path
 
 REQUIRED_COLUMNS = {
     "prompt_id": pa.int64(),
@@ -245,8 +246,5 @@ def write_trace(path: str | Path, columns: dict[str, np.ndarray], metadata: dict
         fields.append(pa.field("finish_reason", pa.dictionary(pa.int32(), pa.string()), nullable=False))
     schema = pa.schema(fields, metadata={META_KEY: json.dumps(metadata, sort_keys=True).encode()})
     table = pa.Table.from_arrays(arrays, schema=schema)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd", compression_level=9)
-    tmp.replace(out)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", compression_level=9)

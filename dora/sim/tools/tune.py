@@ -28,11 +28,10 @@ import argparse
 import random
 import sys
 from dataclasses import asdict, replace
-from pathlib import Path
-
 import yaml
 
 from dora.errors import InputError, cli_errors
+from dora.io import atomic_path, check_output, write_text
 from dora.sim.config import SimConfig
 from dora.sim.run import check_fits, simulate
 from dora.trace import load_trace
@@ -159,9 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     with cli_errors("dora.sim tune"):
         if args.policy and args.policy != ["dora"]:
             raise InputError("tune: searches the dora policy's knobs; drop --policy or pass --policy dora")
-        for out in (args.out, args.csv):
-            if out and Path(out).is_dir():
-                raise InputError(f"output {out}: is a directory; give a file path")
+        if args.out:
+            check_output(args.out, ("yaml", "yml"), "--out", "tuned.yaml")
+        if args.csv:
+            check_output(args.csv, ("csv",), "--csv", "tune.csv")
         if not args.min_gain >= 0:
             raise InputError(f"--min-gain: must be >= 0, got {args.min_gain}")
         if args.budget < 0:
@@ -182,13 +182,13 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError("tune: no candidate held C1-C3 over the run; raise --steps or --eta-max, or check "
                              "the cluster shape")
         if args.out:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(policy_yaml(base, best, rows))
+            write_text(args.out, policy_yaml(base, best, rows))
             print(f"wrote {args.out}", file=sys.stderr)
         if args.csv:
             import pandas as pd
 
-            pd.DataFrame(rows).to_csv(args.csv, index=False)
+            with atomic_path(args.csv) as tmp:
+                pd.DataFrame(rows).to_csv(tmp, index=False)
     return 0
 
 
