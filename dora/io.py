@@ -18,15 +18,17 @@ from pathlib import Path
 
 from dora.errors import InputError
 
-NAME_MAX = 255  # bytes of one file name (Linux); os.pathconf's answer where it has one
+NAME_MAX = 255  # bytes of one file name (Linux)
 PATH_MAX = 4096
 
 
-def _name_max(folder: Path) -> int:
-    try:
-        return os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):  # no such limit reported for this file system: the common one
-        return NAME_MAX
+def _check_lengths(p: Path, flag: str) -> None:
+    """InputError for a path or one of its names too long for the system (before any stat of it)."""
+    if len(os.fsencode(os.path.abspath(p))) >= PATH_MAX:
+        raise InputError(f"{flag} {str(p)[:40]}...: path longer than {PATH_MAX - 1} bytes; use a shorter path")
+    for part in p.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise InputError(f"{flag} {part[:40]}...: a name longer than {NAME_MAX} bytes; use a shorter name")
 
 
 def _types(types: tuple[str, ...] | None) -> tuple[str, ...]:
@@ -68,6 +70,7 @@ def check_output(path: str | Path, types: tuple[str, ...] | None = None, flag: s
     if "\0" in text:
         raise InputError(f"{flag} {text!r}: contains a NUL character; give a plain file path")
     p = Path(text)
+    _check_lengths(p, flag)
     allowed = _types(types)
     if p.is_symlink() and not p.exists():
         raise InputError(f"{flag} {p}: a dangling symbolic link (to {os.readlink(p)}); remove it or choose another path")
@@ -78,12 +81,6 @@ def check_output(path: str | Path, types: tuple[str, ...] | None = None, flag: s
         raise InputError(f"{flag} {p}: exists and is not a regular file; choose another path")
     if allowed and p.suffix.lower() not in allowed:
         raise InputError(f"{flag} {p}: unknown file type '{p.suffix}'; use " + " or ".join(allowed))
-    if len(os.fsencode(os.path.abspath(p))) >= PATH_MAX:
-        raise InputError(f"{flag} {str(p)[:40]}...: path longer than {PATH_MAX - 1} bytes; use a shorter path")
-    base = _existing_ancestor(p.parent, flag, p)
-    for part in p.relative_to(p.anchor).parts if p.is_absolute() else p.parts:
-        if len(os.fsencode(part)) > _name_max(base):
-            raise InputError(f"{flag} {str(p)[:40]}...: a name longer than {_name_max(base)} bytes; use a shorter name")
     check_writable_folder(p.parent, flag, p)
     return p
 
@@ -94,13 +91,11 @@ def check_output_dir(path: str | Path, flag: str = "--out") -> Path:
     if not text.strip():
         raise InputError(f"{flag}: empty path; give a folder")
     p = Path(text)
+    _check_lengths(p, flag)
     if p.is_symlink() and not p.exists():
         raise InputError(f"{flag} {p}: a dangling symbolic link; remove it or choose another folder")
     if p.exists() and not p.is_dir():
         raise InputError(f"{flag} {p}: is a file; {flag} names a folder")
-    for part in p.parts:
-        if len(os.fsencode(part)) > NAME_MAX:
-            raise InputError(f"{flag} {str(p)[:40]}...: a name longer than {NAME_MAX} bytes; use a shorter name")
     check_writable_folder(p, flag, p)
     return p
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dora.errors import InputError
-from dora.io import write_text
+from dora.io import read_text, write_text
 
 FORMAT = "dora.profile/1"
 TABLES = {
@@ -129,11 +129,10 @@ def write_profile(profile: dict, path: str | Path) -> Path:
 def read_profile(path: str | Path) -> dict:
     """Load and check a profile; bad input raises InputError naming the file and the table."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"profile {p}: file not found; record one with python -m dora.exec ... --profile-out FILE")
+    text = read_text(p, "profile", "record one with python -m dora.exec ... --profile-out FILE")
     try:
-        prof = json.loads(p.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
+        prof = json.loads(text)
+    except ValueError as e:
         raise InputError(f"profile {p}: not JSON ({type(e).__name__}); give a profile written by dora.exec") from None
     if not isinstance(prof, dict) or prof.get("format") != FORMAT:
         raise InputError(f"profile {p}: 'format' is not {FORMAT!r}; give a profile written by dora.exec")

@@ -18,7 +18,7 @@ import sys
 from dora.config import apply_cli, build, deep_merge, load_yaml
 from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.io import check_output, check_output_dir
-from dora.exec.run_config import ExecConfig, check_model
+from dora.exec.run_config import ExecConfig, check_engines_fit, check_model
 from dora.sched.registry import names as policy_names
 
 
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 check_output(out, (suffix,), flag, f"out.{suffix}")
         check_output_dir(cfg.out, "--out")
         check_model(cfg.model)
+        check_engines_fit(cfg)
         if cfg.task.dataset != "count":
             from dora.exec.tasks import load_dataset
 

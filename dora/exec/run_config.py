@@ -101,6 +101,26 @@ WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
+ENGINE_BYTES = 2 ** 30  # an engine's own memory besides the weights (runtime, buffers), at the least
+
+
+def check_engines_fit(cfg: ExecConfig) -> None:
+    """Refuse, before any engine starts, more engines than this machine holds: each loads the
+    weights (the checkpoint's weight files, when --model is a local folder) and needs ENGINE_BYTES
+    more. Engines of a Ray cluster joined with ray_address are that cluster's to hold."""
+    from pathlib import Path
+
+    from dora.limits import check_memory
+
+    if cfg.ray_address:
+        return
+    p = Path(cfg.model).expanduser()
+    weights = sum(f.stat().st_size for pat in WEIGHT_FILES for f in p.glob(pat)) if p.is_dir() else 0
+    n = cfg.rollout.instances
+    check_memory(f"{n:,} engines of {weights / 2 ** 30:.2f} GiB weights each", n * (weights + ENGINE_BYTES),
+                 "lower --instances, or join a Ray cluster with --ray-address")
+
+
 def check_model(model: str) -> None:
     """Refuse a --model that cannot load, before any engine starts: a local path must be a Hugging
     Face checkpoint directory (config.json with a model_type, weights, tokenizer files). A name

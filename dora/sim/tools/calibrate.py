@@ -128,7 +128,7 @@ def calibrate(profiles: list[dict], sources: list[str] | None = None,
     and the trainer shared that many cores; the fits then see uncontended costs)."""
     if not profiles:
         raise InputError("calibrate: no profile given")
-    if host_cores < 0:
+    if not 0 <= host_cores < float("inf"):
         raise InputError(f"calibrate --host-cores: must be >= 0, got {host_cores}")
     backends = sorted({str(p.get("backend")) for p in profiles})
     if len(backends) > 1:
