@@ -1,9 +1,9 @@
-"""Upper bounds from what this machine can hold: a run whose estimated memory is over the limit
-is refused before it allocates, with the estimate and the limit.
+"""Upper bounds from what this machine can hold: a run whose estimated memory or time is over
+the limit is refused before it starts, with the estimate and the limit.
 
-The limit is 80% of the machine's physical memory (`DORA_MEMORY_LIMIT_GIB` sets another). The
-estimates are per command (the simulator's from its event count, the trace generator's from its
-rows); they aim high, not exact.
+Limits: 80% of the machine's physical memory (`DORA_MEMORY_LIMIT_GIB` sets another) and two hours
+of wall time (`DORA_TIME_LIMIT_S`). The estimates are per command (the simulator's from its event
+count and instances, the trace generator's from its rows); they aim high, not exact.
 """
 
 from __future__ import annotations
@@ -24,18 +24,35 @@ def physical_memory() -> int:
         return int(16 * GIB)
 
 
+TIME_LIMIT_S = 2 * 3600.0
+
+
+def _env_limit(name: str) -> float | None:
+    """A positive number from the environment variable `name`, None when unset."""
+    env = os.environ.get(name, "").strip()
+    if not env:
+        return None
+    try:
+        v = float(env)
+    except ValueError:
+        v = float("nan")
+    if not 0 < v < float("inf"):
+        raise InputError(f"{name}={env!r}: must be a positive number; unset it or fix it")
+    return v
+
+
 def memory_limit() -> int:
     """Bytes a run may plan to use: DORA_MEMORY_LIMIT_GIB if set, else SHARE of physical memory."""
-    env = os.environ.get("DORA_MEMORY_LIMIT_GIB", "").strip()
-    if env:
-        try:
-            gib = float(env)
-        except ValueError:
-            gib = float("nan")
-        if not gib > 0 or gib == float("inf"):
-            raise InputError(f"DORA_MEMORY_LIMIT_GIB={env!r}: must be a positive number of GiB; unset it or fix it")
-        return int(gib * GIB)
-    return int(physical_memory() * SHARE)
+    gib = _env_limit("DORA_MEMORY_LIMIT_GIB")
+    return int(gib * GIB) if gib is not None else int(physical_memory() * SHARE)
+
+
+def check_time(what: str, estimate_s: float, fix: str) -> None:
+    """InputError '<what>: would run about X h, over the limit of Y h; <fix>' when over."""
+    limit = _env_limit("DORA_TIME_LIMIT_S") or TIME_LIMIT_S
+    if estimate_s > limit:
+        raise InputError(f"{what}: would run about {estimate_s / 3600:,.2f} h, over the limit of {limit / 3600:,.2f} h "
+                         f"(DORA_TIME_LIMIT_S sets another); {fix}")
 
 
 def check_memory(what: str, estimate: float, fix: str) -> None:

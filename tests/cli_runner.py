@@ -56,15 +56,21 @@ class _ReachedEngines(Exception):
 def _no_engines():
     """dora.exec, past validation, stops here instead of starting Ray and engines."""
     import types
-    from unittest import mock
 
     def run_policies(*a, **k):
         raise _ReachedEngines(ENGINES)
 
     fake = types.ModuleType("dora.exec.run")  # what dora.exec's main imports run_policies from
     fake.run_policies = run_policies
-    with mock.patch.dict(sys.modules, {"dora.exec.run": fake}):
+    real = sys.modules.get("dora.exec.run")
+    sys.modules["dora.exec.run"] = fake  # this key alone: torch, once imported, must stay imported
+    try:
         yield
+    finally:
+        if real is None:
+            del sys.modules["dora.exec.run"]
+        else:
+            sys.modules["dora.exec.run"] = real
 
 
 def run_subprocess(module: str, args: list[str], out: Path, timeout: float = 120) -> Result:

@@ -13,7 +13,7 @@ from dora.body import RunResult, run_info as body_run_info
 from dora.config import to_dict
 from dora.errors import InputError
 from dora.eventlog import EventLog
-from dora.limits import check_memory
+from dora.limits import check_memory, check_time
 from dora.metrics import compute_metrics
 from dora.sched.registry import POLICIES
 from dora.sched.policy import Policy
@@ -75,15 +75,19 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
                              f"0..{c.instances - 1}); use an id below cluster.instances")
     imbalance_cv(cfg, trace)  # refuse a bad recorded value before any run
     events, need = memory_estimate(cfg, trace)
-    check_memory(f"simulation of {len(cfg.policies)} polic{'ies' if len(cfg.policies) > 1 else 'y'} "
-                 f"(about {events:,.0f} events each)", need,
-                 "lower --steps, --batch-size, --instances or --max-seqs, or run fewer policies at once")
+    what = f"simulation of {len(cfg.policies)} polic{'ies' if len(cfg.policies) > 1 else 'y'} (about {events:,.0f} " \
+           "events each)"
+    fix = "lower --steps, --batch-size, --instances or --max-seqs, or run fewer policies at once"
+    check_memory(what, need, fix)
+    n_inst = float(cfg.cluster.instances) + cfg.cluster.trainer_devices
+    check_time(what, len(cfg.policies) * (events * S_PER_ROW + n_inst * (cfg.steps + 1) * S_PER_INSTANCE_STEP), fix)
 
 
 # What a run holds, generously (measured: 3-4 log rows per trajectory, ~2 per instance and step,
 # ~8 KiB per instance): every policy's event frame is kept until the outputs are written.
 ROWS_PER_TRAJECTORY, ROWS_PER_INSTANCE_STEP = 8, 4
 BYTES_PER_ROW, BYTES_PER_INSTANCE, BYTES_PER_SLOT = 400, 16384, 40
+S_PER_ROW, S_PER_INSTANCE_STEP = 2e-5, 2e-4  # wall seconds (measured 7-50 us per row, ~80 us per instance-step)
 
 
 def memory_estimate(cfg: SimConfig, trace: Trace) -> tuple[float, float]:
@@ -91,7 +95,7 @@ def memory_estimate(cfg: SimConfig, trace: Trace) -> tuple[float, float]:
     c, p = cfg.cluster, cfg.policy
     G = p.group_size or trace.group_size
     n_inst = float(c.instances) + c.trainer_devices  # elastic trainer devices may serve as instances
-    steps = float(cfg.steps) + p.eta + 1  # groups in flight beyond the last step
+    steps = float(cfg.steps) + min(p.eta, cfg.steps) + 1  # groups in flight beyond the last step
     rows = steps * p.batch_size * G * ROWS_PER_TRAJECTORY + steps * n_inst * ROWS_PER_INSTANCE_STEP
     held = n_inst * (BYTES_PER_INSTANCE + BYTES_PER_SLOT * (c.max_seqs + 1.0))
     return rows, rows * BYTES_PER_ROW * len(cfg.policies) + held
