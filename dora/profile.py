@@ -136,6 +136,13 @@ def read_profile(path: str | Path) -> dict:
         raise InputError(f"profile {p}: not JSON ({type(e).__name__}); give a profile written by dora.exec") from None
     if not isinstance(prof, dict) or prof.get("format") != FORMAT:
         raise InputError(f"profile {p}: 'format' is not {FORMAT!r}; give a profile written by dora.exec")
+    if prof.get("backend") not in ("vllm", "hf"):
+        raise InputError(f"profile {p}: backend {prof.get('backend')!r} is not 'vllm' or 'hf'; give a profile written "
+                         "by dora.exec")
+    td = prof.get("trainer_devices")
+    if isinstance(td, bool) or not isinstance(td, (int, float)) or not 1 <= td < math.inf:
+        raise InputError(f"profile {p}: trainer_devices {td!r} is not a number >= 1; give a profile written by "
+                         "dora.exec")
     for name, cols in TABLES.items():
         t = prof.get(name)
         if t is None and name in OPTIONAL:

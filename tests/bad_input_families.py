@@ -96,6 +96,8 @@ def _profiles(d: Path) -> None:
         "prof_bool": {**prof, "train_steps": {**prof["train_steps"], "dt_s": [1.0, True, 2.0, 3.0]}},
         "prof_table_list": {**prof, "prefills": [1, 2]},
         "prof_vllm": {**prof, "backend": "vllm"},
+        "prof_nobackend": {k: v for k, v in prof.items() if k != "backend"},
+        "prof_trainer0": {**prof, "trainer_devices": 0},
     }
     for name, p in broken.items():
         (d / f"{name}.json").write_text(json.dumps(p))
@@ -303,6 +305,8 @@ for args, what, needle in [
                                                                     "not a number"),
     (("IN/prof_table_list.json",), "a table that is a list", "prefills"),
     ((PROFILE_OK, "IN/prof_vllm.json"), "profiles of two backends", "backends"),
+    (("IN/prof_nobackend.json",), "a profile without its backend", "backend"),
+    (("IN/prof_trainer0.json",), "a profile with 0 trainer devices", "trainer_devices"),
     ((PROFILE_OK, "--host-cores", "-1"), "--host-cores -1", "host-cores"),
     ((PROFILE_OK, "--host-cores", "nan"), "--host-cores nan", "host-cores"),
     ((PROFILE_OK, "--out", "OUT/c.txt"), "--out not YAML", "file type"), ((), "no profile", "required"),

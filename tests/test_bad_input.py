@@ -18,7 +18,7 @@ import pytest
 
 from tests import bad_input_cases as cases
 from tests.bad_input_cases import M, OUTS, T, Row, argv
-from tests.bad_input_families import ROWS as FAMILY_ROWS, make_family_inputs
+from tests.bad_input_families import LONG, ROWS as FAMILY_ROWS, make_family_inputs
 from tests.cli_runner import check_refusal, run_in_process, run_subprocess
 
 ROWS: list[Row] = cases.ROWS + FAMILY_ROWS
@@ -58,7 +58,55 @@ def test_rows_are_distinct():
 # ---------------------------------------------------------------- the docs table
 
 
-SHORT = {"$SMALL": T, "$OUTS": OUTS, "$MODEL": M}  # abbreviations in the docs table
+SHORT = {"$SMALL": T, "$OUTS": OUTS, "$MODEL": M, "$LONG": (LONG,)}  # abbreviations in the docs table
+INTRO = """# Bad input: what each CLI refuses, and how
+
+## The contract
+
+Every command line (`python -m dora.sim` and its `sweep`, `tune`, `calibrate` and `compare`,
+`python -m dora.sim.presets`, `python -m dora.trace`, `python -m dora.plots`, `python -m dora.exec`,
+`python -m dora.perfetto`) answers bad input the same way:
+
+- exit status 2 and exactly one line on stderr, `<program>: error: <what and where>: <the problem>;
+  <how to fix it>` (argparse's own errors too: `...; see <program> --help`), never a traceback;
+- nothing written: every output path is checked before any work (a folder, a path under a file,
+  a dangling link, a name over 255 bytes, a place where no file can be created, a wrong suffix:
+  `dora.io.check_output`), and every file is written to a temporary name beside it and renamed
+  into place (`dora.io.atomic_path`), so a failure leaves neither a partial file nor a temporary;
+- files read as UTF-8; YAML with a key given twice, `.nan`/`.inf` numbers, a list, a scalar or
+  `null` where a mapping belongs, or text where a number belongs is refused, naming the key;
+- no silent default on what a user gave: an event log whose run metadata lacks `eta`,
+  `group_size` or its device counts is refused (not 0 C3 violations or a bubble of 0), and so is a
+  trace or event log whose metadata is not a JSON mapping (not read as empty);
+- a run too large for the machine is refused before it allocates, with the estimate and the
+  limit: the simulator (log rows and instances), the trace generator (rows), the timeline plot
+  (bins) and the executor (engines x checkpoint) against 80% of physical memory
+  (`DORA_MEMORY_LIMIT_GIB` sets another), and the simulator's estimated wall time against two
+  hours (`DORA_TIME_LIMIT_S`).
+
+## How it is tested
+
+- The {rows} rows below ({cli} per CLI in tests/bad_input_cases.py, {families} by family in
+  tests/bad_input_families.py: config and profile files, numeric flags, output paths of every
+  writer, trace and event-log metadata, sweep grids, tune, calibrate, compare, presets, plots,
+  executor configs): `python -m pytest tests/test_bad_input.py` runs them in-process, `-m slow`
+  as `python -m` subprocesses. Each must exit 2 with one line containing its key word, and leave
+  its output folder `OUT/` empty. `IN/` holds the small inputs they name (`make_inputs`).
+- A fuzzer, `python -m pytest tests/test_fuzz.py` (104 hypothesis examples in-process and 4 as
+  subprocesses; `-m slow`: 2,080 and 40), draws argv, YAML, trace and profile files and output
+  paths for every entry point (the executor up to starting engines) and checks exit 0 or 2, one
+  line and nothing written on 2, no traceback, the shared inputs untouched, and an alarm or a
+  subprocess timeout against hangs. The seed is printed in the run's summary;
+  `DORA_FUZZ_SEED=N` replays it.
+- Under `CI=true` (`.ci/run`) a test skipped because torch, transformers, vLLM, Ray or another
+  extra does not import fails instead (tests/ci_skips.py).
+
+Regenerate this file with `python -m tests.test_bad_input --table docs/bad_input.md`.
+
+Shorthands in the commands: {short}.
+
+## The rows
+"""
 
 
 def table(rows: list[Row]) -> str:
@@ -69,18 +117,8 @@ def table(rows: list[Row]) -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
 
-    out_lines = [
-        "# Bad input: what each CLI refuses, and how",
-        "",
-        "Every row exits with status 2, prints the one line shown on stderr, and writes nothing (its",
-        "output folder `OUT/` stays empty). `IN/` holds small input files (a valid 6-group trace, a text",
-        "file named `.parquet`, traces with bad columns, YAML files with unknown keys, a shallow model",
-        "directory, a valid event log; see `make_inputs` in tests/test_bad_input.py). Each row is a test:",
-        "`python -m pytest tests/test_bad_input.py` (in-process) and `-m slow` (as subprocesses).",
-        f"Regenerate this file with `python -m tests.test_bad_input --table docs/bad_input.md` ({len(rows)} rows).",
-        "",
-        "Shorthands in the commands: " + "; ".join(f"`{k}` = `{' '.join(v)}`" for k, v in SHORT.items()) + ".",
-        "",
+    out_lines = INTRO.format(rows=len(rows), short="; ".join(f"`{k}` = `{' '.join(v)}`" for k, v in SHORT.items()),
+                             cli=len(cases.ROWS), families=len(FAMILY_ROWS)).splitlines() + [
         "| command | input tried | exit | error line |",
         "|---|---|---|---|",
     ]

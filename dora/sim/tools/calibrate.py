@@ -160,7 +160,7 @@ def calibrate(profiles: list[dict], sources: list[str] | None = None,
         fits.append(nnls_fit("prefill", ptok[good].reshape(-1, 1), pdt[good], ["prefill_per_token_s"]))
     fits.append(mean_fit("weight load", "weight_load_s", _col(profiles, "weight_loads", "dt_s")))
     fits.append(mean_fit("publish", "publish_s", _col(profiles, "publishes", "dt_s")))
-    tdev = np.asarray([float(p.get("trainer_devices") or 1) for p in profiles for _ in p["train_steps"]["dt_s"]])
+    tdev = np.asarray([float(p["trainer_devices"]) for p in profiles for _ in p["train_steps"]["dt_s"]])
     ttok = _col(profiles, "train_steps", "tokens")
     tdt = _col(profiles, "train_steps", "dt_s")
     if slow is not None:
