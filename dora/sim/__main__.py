@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
             check_perfetto_output(args.perfetto)
         trace = load_trace(cfg.trace)
         check_fits(cfg, trace)  # refuse before any output
+        if cfg.cost.moe_imbalance_cv < 0 and "moe_imbalance_cv" not in trace.metadata.get("params", {}) \
+                and not args.quiet:
+            print(f"dora.sim: note: {trace.path} records no moe_imbalance_cv: instances run at equal speed "
+                  "(set cost.moe_imbalance_cv to choose)", file=sys.stderr)
         runs, frames = [], {}
         t0 = time.perf_counter()
         for name in cfg.policies:
