@@ -163,7 +163,7 @@ for flag, value, needle in [
     ("--devices-per-instance", "-2", "devices_per_instance"), ("--steps", "0", "steps"), ("--steps", "-4", "steps"),
     ("--steps", HUGE, "memory"), ("--steps", "inf", "invalid int"), ("--batch-size", "-1", "batch_size"),
     ("--batch-size", HUGE, "batch_size"), ("--eta", "-100", "eta"), ("--eta", "nan", "invalid int"),
-    ("--seed", "x", "invalid int"), ("--mtbf-s", "nan", "mtbf_s"), ("--mtbf-s", "inf", "mtbf_s"),
+    ("--seed", "x", "invalid int"), ("--seed", "-1", "seed"), ("--mtbf-s", "nan", "mtbf_s"), ("--mtbf-s", "inf", "mtbf_s"),
     ("--mtbf-s=-inf", None, "mtbf_s"), ("--repair-s", "nan", "repair_s"), ("--repair-s", "-5", "repair_s"),
     ("--repair-s", "1e999", "repair_s"),
 ]:
@@ -180,6 +180,7 @@ for key, value, needle in [
 for flag, value, needle in [
     ("--instances", "-1", "instances"), ("--steps", "0", "steps"), ("--batch-size", "0", "batch_size"),
     ("--group-size", "-2", "group_size"), ("--eta", "-1", "eta"), ("--seed", "1.5", "invalid int"),
+    ("--seed", "-5", "seed"),
     ("--instances", "nan", "invalid int"), ("--instances", HUGE, "memory"),
 ]:
     _add(_r(EXEC, f"{flag} {value if value != HUGE else 'huge'}", needle, *M, flag, value))
@@ -188,7 +189,8 @@ for flag, value, needle in [
     ("--steps", "-1", "steps"), ("--steps", "nan", "steps"), ("--steps", HUGE, "memory"),
     ("--prompts-per-step", "0", "prompts_per_step"), ("--group-size", HUGE, "memory"), ("--median", "nan", "median"),
     ("--sigma", "inf", "sigma"), ("--rho", "nan", "rho"), ("--max-len", "0", "max_len"), ("--seed", "x", "seed"),
-    ("--tail-prob", "1.5", "tail_prob"), ("--drift", "-inf", "drift"),
+    ("--tail-prob", "1.5", "tail_prob"), ("--drift", "-inf", "drift"), ("--seed", "-1", "seed"),
+    ("--turns-mean", "4e18", "turns_mean"),
 ]:
     _add(_r(TRACE, f"generate {flag} {value if value != HUGE else 'huge'}", needle, *GEN, flag, value))
 

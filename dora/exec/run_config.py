@@ -76,6 +76,8 @@ class ExecConfig:
             raise InputError("model: missing; pass --model DIR (build one: python -m dora.exec.tiny_model --out DIR) "
                              "or a hub id")
         check_run(self.policies, self.steps, self.policy)
+        if not 0 <= self.seed < 2 ** 63:
+            raise InputError(f"seed: must be in [0, 2^63), got {self.seed}")
         if self.runtime not in ("ray", "local"):
             raise InputError(f"runtime: {self.runtime!r} is not one of 'ray', 'local'")
         if self.task.max_new_tokens >= self.rollout.max_model_len:

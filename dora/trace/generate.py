@@ -100,8 +100,10 @@ class TraceParams:
             raise InputError(f"mix_share: must be in [0, 1], got {self.mix_share}")
         if self.mix_share > 0 and not self.mix_median > 0:
             raise InputError(f"mix_median: must be > 0 with mix_share > 0, got {self.mix_median}")
-        if not self.turns_mean >= 1:
-            raise InputError(f"turns_mean: must be >= 1 (1 = one turn, no tool calls), got {self.turns_mean}")
+        if not 1 <= self.turns_mean <= self.max_len:
+            raise InputError(f"turns_mean: must be in [1, max_len] (1 = one turn, no tool calls), got {self.turns_mean}")
+        if not 0 <= self.seed < 2 ** 63:
+            raise InputError(f"seed: must be in [0, 2^63), got {self.seed}")
         for name in ("mix_median", "tool_wait_s_median", "tool_wait_sigma", "tool_tokens_median",
                      "tool_tokens_sigma"):
             if getattr(self, name) < 0:
