@@ -48,11 +48,13 @@ def make_family_inputs(d: Path) -> None:
         "lr_nan.yaml": b"trainer:\n  lr: .nan\n",
         "instances_text.yaml": b"rollout:\n  instances: two\n",
         "tab.yaml": b"steps:\t3\n",
-        "dangling_parent": None,
+        "sweep_nan.csv": b"policy,policy.eta,e2e_samples_per_s\ndora,1,nan\ndora,2,nan\n",
+        "sweep_inf.csv": b"policy,policy.eta,e2e_samples_per_s\ndora,1,inf\ndora,2,1\n",
+        "sweep_xnan.csv": b"policy,policy.eta,e2e_samples_per_s\ndora,nan,1\ndora,2,2\n",
+        "sweep_text.csv": b"policy,policy.eta,e2e_samples_per_s\ndora,1,abc\ndora,2,2\n",
     }
     for name, content in files.items():
-        if content is not None:
-            (d / name).write_bytes(content)
+        (d / name).write_bytes(content)
     (d / "dangling.json").symlink_to(d / "nowhere" / "x.json")
     (d / "dangling_dir").symlink_to(d / "nowhere")
     (d / "dangling.yaml").symlink_to(d / "nowhere.yaml")
@@ -348,6 +350,10 @@ for extra, what, needle in [
     (("staleness", "IN/text.parquet"), "staleness of a text file", "readable parquet"),
     (("sweep", "IN/table.csv", "--y", "nope"), "sweep --y of a column the table lacks", "nope"),
     (("sweep", "IN/not_utf8.yaml"), "sweep of a YAML file", "table"),
+    (("sweep", "IN/sweep_nan.csv", "--x", "policy.eta"), "sweep of NaN throughputs", "finite"),
+    (("sweep", "IN/sweep_inf.csv", "--x", "policy.eta"), "sweep of an infinite throughput", "finite"),
+    (("sweep", "IN/sweep_xnan.csv", "--x", "policy.eta"), "sweep with a NaN setting", "finite"),
+    (("sweep", "IN/sweep_text.csv", "--x", "policy.eta"), "sweep of text throughputs", "not numeric"),
     (("lengths", "IN/missing.parquet"), "lengths of a missing trace", "not found"),
 ]:
     _add(_r(PLOTS, what, needle, *extra, "--out", "OUT/p.png"))
