@@ -74,31 +74,38 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
             raise InputError(f"faults.fail_at: instance {int(i)} does not exist (rollout instances are "
                              f"0..{c.instances - 1}); use an id below cluster.instances")
     imbalance_cv(cfg, trace)  # refuse a bad recorded value before any run
-    events, need = memory_estimate(cfg, trace)
+    events, need, seconds = run_estimate(cfg, trace)
     what = f"simulation of {len(cfg.policies)} polic{'ies' if len(cfg.policies) > 1 else 'y'} (about {events:,.0f} " \
            "events each)"
     fix = "lower --steps, --batch-size, --instances or --max-seqs, or run fewer policies at once"
     check_memory(what, need, fix)
-    n_inst = float(cfg.cluster.instances) + cfg.cluster.trainer_devices
-    check_time(what, len(cfg.policies) * (events * S_PER_ROW + n_inst * (cfg.steps + 1) * S_PER_INSTANCE_STEP), fix)
+    check_time(what, seconds, fix)
 
 
-# What a run holds, generously (measured: 3-4 log rows per trajectory, ~2 per instance and step,
-# ~8 KiB per instance): every policy's event frame is kept until the outputs are written.
+# What a run holds and takes, generously (measured: 3-4 log rows per trajectory, ~2 per instance
+# and step, ~8 KiB per instance; 7-50 us per row, ~80 us per instance and step): every policy's
+# event frame is kept until the outputs are written.
 ROWS_PER_TRAJECTORY, ROWS_PER_INSTANCE_STEP = 8, 4
 BYTES_PER_ROW, BYTES_PER_INSTANCE, BYTES_PER_SLOT = 400, 16384, 40
-S_PER_ROW, S_PER_INSTANCE_STEP = 2e-5, 2e-4  # wall seconds (measured 7-50 us per row, ~80 us per instance-step)
+S_PER_ROW, S_PER_INSTANCE_STEP = 2e-5, 2e-4
 
 
-def memory_estimate(cfg: SimConfig, trace: Trace) -> tuple[float, float]:
-    """(log rows per policy, bytes for the whole command) of a run, before it starts."""
+def run_estimate(cfg: SimConfig, trace: Trace) -> tuple[float, float, float]:
+    """(log rows per policy, bytes, wall seconds) of the command's runs, before they start
+    (--reference adds one event per decode step of an instance)."""
     c, p = cfg.cluster, cfg.policy
     G = p.group_size or trace.group_size
     n_inst = float(c.instances) + c.trainer_devices  # elastic trainer devices may serve as instances
     steps = float(cfg.steps) + min(p.eta, cfg.steps) + 1  # groups in flight beyond the last step
-    rows = steps * p.batch_size * G * ROWS_PER_TRAJECTORY + steps * n_inst * ROWS_PER_INSTANCE_STEP
+    trajectories = steps * p.batch_size * G
+    rows = trajectories * ROWS_PER_TRAJECTORY + steps * n_inst * ROWS_PER_INSTANCE_STEP
     held = n_inst * (BYTES_PER_INSTANCE + BYTES_PER_SLOT * (c.max_seqs + 1.0))
-    return rows, rows * BYTES_PER_ROW * len(cfg.policies) + held
+    seconds = rows * S_PER_ROW + n_inst * (cfg.steps + 1) * S_PER_INSTANCE_STEP
+    if cfg.reference:  # decode steps: every token, shared by the sequences decoding together on an instance
+        per_step = max(1.0, min(float(c.max_seqs), p.batch_size * G / max(c.instances, 1)))
+        seconds += trajectories * float(trace.response_len.mean()) / per_step * S_PER_ROW
+    n = len(cfg.policies)
+    return rows, rows * BYTES_PER_ROW * n + held, seconds * n
 
 
 def make_policy(name: str, cfg: SimConfig, group_size: int) -> Policy:

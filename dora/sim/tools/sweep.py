@@ -50,6 +50,7 @@ import yaml
 from dora.config import build
 from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.io import atomic_path, check_output, check_output_dir
+from dora.limits import check_time
 from dora.sim.config import SimConfig
 from dora.sim.presets import HARDWARE, MODELS
 from dora.trace import load_trace
@@ -393,13 +394,16 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.quiet:
                     what = ", ".join(f"{k}={getattr(params, k)}" for k in tkeys)
                     print(f"generated {path} ({what})", file=sys.stderr, flush=True)
-        from dora.sim.run import check_fits
+        from dora.sim.run import check_fits, run_estimate
 
         for p in points:
             try:
                 check_fits(p.cfg, _trace(p.cfg.trace))
             except InputError as e:
                 raise InputError(f"sweep point {p.label()}: {e}") from None
+        seconds = sum(run_estimate(p.cfg, _trace(p.cfg.trace))[2] for p in points) / min(jobs, len(points))
+        check_time(f"sweep of {len(points)} points x {len(base.policies)} policies", seconds,
+                   "sweep fewer values or policies, or lower --steps")
         _TRACES.clear()  # workers load their own
         tasks = [(i, p, name) for i, p in enumerate(points) for name in base.policies]
         results: dict[int, dict] = {}
