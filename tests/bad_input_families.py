@@ -291,7 +291,8 @@ for extra, what, needle in [
                                                                 "--max-versions-per-instance 0", "versions"),
     (("--eta-max", "-1"), "--eta-max -1", "--eta-max"), (("--policy", "sync"), "--policy sync", "dora"),
     (("--out", "OUT/t.txt"), "--out not YAML", "file type"), (("--csv", "OUT/t.json"), "--csv not CSV", "file type"),
-    (("--budget", "x"), "--budget x", "invalid int"), (("--search-seed", "1.5"), "--search-seed 1.5", "invalid int"),
+    (("--budget", "x"), "--budget x", "invalid int"),
+    (("--budget", "1000000", "--eta-max", "1000000", "--steps", "100"), "a budget of days", "over the limit"), (("--search-seed", "1.5"), "--search-seed 1.5", "invalid int"),
 ]:
     _add(_r(SIM, f"tune {what}", needle, *TUNE, *extra))
 CAL = ("calibrate", "--out", "OUT/c.yaml")

@@ -33,7 +33,8 @@ import yaml
 from dora.errors import InputError, cli_errors
 from dora.io import atomic_path, check_output, write_text
 from dora.sim.config import SimConfig
-from dora.sim.run import check_fits, simulate
+from dora.limits import check_time
+from dora.sim.run import check_fits, run_estimate, simulate
 from dora.trace import load_trace
 
 GRID = {
@@ -45,6 +46,14 @@ GRID = {
 CONSTRAINTS = ("c1_violations", "c2_lost", "c2_duplicated", "c3_violations")
 
 
+def search_space(eta_max: int, vpi_max: int) -> int:
+    """How many distinct candidates the grid holds."""
+    space = (eta_max + 1) * vpi_max
+    for v in GRID.values():
+        space *= len(v)
+    return space
+
+
 def candidates(base: SimConfig, budget: int, eta_max: int, vpi_max: int, seed: int) -> list[dict]:
     """The base knobs first, then up to `budget` distinct random grid points."""
     d = base.policy.dora
@@ -52,10 +61,7 @@ def candidates(base: SimConfig, budget: int, eta_max: int, vpi_max: int, seed: i
              "versions_per_instance": d.versions_per_instance}
     out, seen = [first], {tuple(sorted(first.items()))}
     rng = random.Random(seed)
-    space = 1
-    for v in GRID.values():
-        space *= len(v)
-    space *= (eta_max + 1) * vpi_max
+    space = search_space(eta_max, vpi_max)
     tries = 0
     while len(out) < budget + 1 and len(seen) < space and tries < 100 * (budget + 1):
         tries += 1
@@ -174,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--eta-max: must be >= 0, got {eta_max}")
         trace = load_trace(base.trace)
         check_fits(base, trace)
+        n = 1 + min(args.budget, search_space(eta_max, args.max_versions_per_instance))
+        check_time(f"tune of {n:,} candidates", n * run_estimate(replace(base, policies=["dora"]), trace)[2],
+                   "lower --budget or --steps")
         rows = tune(base, trace, args.budget, eta_max, args.max_versions_per_instance, args.search_seed,
                     progress=not args.quiet)
         print(table(rows))
