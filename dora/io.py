@@ -147,6 +147,8 @@ def read_text(path: str | Path, what: str, hint: str) -> str:
         raise InputError(f"{what} {p}: not found; {hint}")
     if p.is_dir():
         raise InputError(f"{what} {p}: is a directory; {hint}")
+    if not p.is_file():  # a pipe or a device: reading could wait forever
+        raise InputError(f"{what} {p}: not a regular file; {hint}")
     try:
         data = p.read_bytes()
     except OSError as e:

@@ -8,6 +8,7 @@ under -m slow).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -55,6 +56,7 @@ def make_family_inputs(d: Path) -> None:
     }
     for name, content in files.items():
         (d / name).write_bytes(content)
+    os.mkfifo(d / "fifo.yaml")  # reading it would wait for a writer forever
     (d / "dangling.json").symlink_to(d / "nowhere" / "x.json")
     (d / "dangling_dir").symlink_to(d / "nowhere")
     (d / "dangling.yaml").symlink_to(d / "nowhere.yaml")
@@ -138,6 +140,8 @@ for flag, file, what, needle in [
     ("--config", "int_key.yaml", "a number as a key", "key"), ("--config", "tab.yaml", "a tab in the YAML", "YAML"),
     ("--config", "IN", "a folder", "directory"), ("--cost", "IN/missing.yaml", "a missing file", "not found"),
     ("--config", "dangling.yaml", "a dangling link", "not found"),
+    ("--config", "fifo.yaml", "a named pipe", "not a regular file"), ("--cost", "fifo.yaml", "a named pipe",
+                                                                      "not a regular file"),
 ]:
     path = file if file.startswith("IN") else f"IN/{file}"
     _add(_r(SIM, f"{flag} {what}", needle, *T, flag, path, *OUTS))
@@ -297,7 +301,8 @@ for extra, what, needle in [
     _add(_r(SIM, f"tune {what}", needle, *TUNE, *extra))
 CAL = ("calibrate", "--out", "OUT/c.yaml")
 for args, what, needle in [
-    (("IN/missing.json",), "a missing profile", "not found"), (("IN/text.parquet",), "a binary file", "profile"),
+    (("IN/missing.json",), "a missing profile", "not found"),
+    (("IN/fifo.yaml",), "a named pipe", "not a regular file"), (("IN/text.parquet",), "a binary file", "profile"),
     (("IN/prof_notjson.json",), "a profile that is not JSON", "JSON"), (("IN/prof_list.json",), "a JSON list",
                                                                         "format"),
     (("IN/prof_latin1.json",), "a profile that is not UTF-8", "UTF-8"), (("IN/prof_format.json",), "another format",
