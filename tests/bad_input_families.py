@@ -170,7 +170,8 @@ for flag, value, needle in [
     ("--steps", HUGE, "memory"), ("--steps", "inf", "invalid int"), ("--batch-size", "-1", "batch_size"),
     ("--batch-size", HUGE, "batch_size"), ("--eta", "-100", "eta"), ("--eta", "nan", "invalid int"),
     ("--seed", "x", "invalid int"), ("--seed", "-1", "seed"), ("--mtbf-s", "nan", "mtbf_s"), ("--mtbf-s", "inf", "mtbf_s"),
-    ("--mtbf-s=-inf", None, "mtbf_s"), ("--repair-s", "nan", "repair_s"), ("--repair-s", "-5", "repair_s"),
+    ("--mtbf-s=-inf", None, "mtbf_s"), ("--repair-s", "nan", "repair_s"), ("--mtbf-s", "0.03", "--mtbf-s"),
+    ("--repair-s", "-5", "repair_s"),
     ("--repair-s", "1e999", "repair_s"),
 ]:
     label = flag if value is None else f"{flag} {value if value != HUGE else 'huge'}"

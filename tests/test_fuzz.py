@@ -9,7 +9,7 @@ trace and profile files and output paths (tests/fuzz_inputs.py). Every example m
 
 The default run draws 104 examples in this process and 4 as subprocesses; `-m slow` draws 2,080
 and 40. The seed is printed in the run's summary and with a failure (`DORA_FUZZ_SEED=N` replays it). Examples run with a
-4 GiB memory and 5 s time limit for the run they plan (DORA_MEMORY_LIMIT_GIB, DORA_TIME_LIMIT_S),
+3 GiB memory and 5 s time limit for the run they plan (DORA_MEMORY_LIMIT_GIB, DORA_TIME_LIMIT_S),
 so that a drawn command is either refused up front or quick.
 """
 
@@ -45,7 +45,7 @@ def inputs(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def limits(monkeypatch):
-    monkeypatch.setenv("DORA_MEMORY_LIMIT_GIB", "4")
+    monkeypatch.setenv("DORA_MEMORY_LIMIT_GIB", "3")
     monkeypatch.setenv("DORA_TIME_LIMIT_S", "5")
 
 

@@ -77,7 +77,8 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
     events, need, seconds = run_estimate(cfg, trace)
     what = f"simulation of {len(cfg.policies)} polic{'ies' if len(cfg.policies) > 1 else 'y'} (about {events:,.0f} " \
            "events each)"
-    fix = "lower --steps, --batch-size, --instances or --max-seqs, or run fewer policies at once"
+    fix = ("raise --mtbf-s (each failure adds events and downtime), or " if cfg.faults.mtbf_s > 0 else "") + \
+        "lower --steps, --batch-size, --instances or --max-seqs, or run fewer policies at once"
     check_memory(what, need, fix)
     check_time(what, seconds, fix)
 
@@ -85,7 +86,7 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
 # What a run holds and takes, generously (measured: 3-4 log rows per trajectory, ~2 per instance
 # and step, ~8 KiB per instance; 7-50 us per row, ~80 us per instance and step): every policy's
 # event frame is kept until the outputs are written.
-ROWS_PER_TRAJECTORY, ROWS_PER_INSTANCE_STEP = 8, 4
+ROWS_PER_TRAJECTORY, ROWS_PER_INSTANCE_STEP, ROWS_PER_FAILURE = 8, 4, 4
 BYTES_PER_ROW, BYTES_PER_INSTANCE, BYTES_PER_SLOT = 400, 16384, 40
 S_PER_ROW, S_PER_INSTANCE_STEP = 2e-5, 2e-4
 
@@ -99,6 +100,12 @@ def run_estimate(cfg: SimConfig, trace: Trace) -> tuple[float, float, float]:
     steps = float(cfg.steps) + min(p.eta, cfg.steps) + 1  # groups in flight beyond the last step
     trajectories = steps * p.batch_size * G
     rows = trajectories * ROWS_PER_TRAJECTORY + steps * n_inst * ROWS_PER_INSTANCE_STEP
+    f = cfg.faults
+    if f.mtbf_s > 0:  # fail/recover rows over a simulated time stretched by the instances' downtime
+        rate = bound_samples_per_s(trace, cfg.cost, c.instances, c.devices_per_instance, c.max_seqs, c.kv_tokens,
+                                   c.trainer_devices, p.batch_size * G, np.ones(int(n_inst) + 1))["bound_samples_per_s"]
+        sim_s = trajectories / max(rate, 1e-12) * (f.mtbf_s + f.repair_s) / f.mtbf_s
+        rows += ROWS_PER_FAILURE * c.instances * sim_s / f.mtbf_s
     held = n_inst * (BYTES_PER_INSTANCE + BYTES_PER_SLOT * (c.max_seqs + 1.0))
     seconds = rows * S_PER_ROW + n_inst * (cfg.steps + 1) * S_PER_INSTANCE_STEP
     if cfg.reference:  # decode steps: every token, shared by the sequences decoding together on an instance
