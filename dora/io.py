@@ -73,7 +73,8 @@ def check_output(path: str | Path, types: tuple[str, ...] | None = None, flag: s
     _check_lengths(p, flag)
     allowed = _types(types)
     if p.is_symlink() and not p.exists():
-        raise InputError(f"{flag} {p}: a dangling symbolic link (to {os.readlink(p)}); remove it or choose another path")
+        raise InputError(f"{flag} {p}: a dangling symbolic link (to {os.readlink(p)}); remove it or choose another "
+                         "path")
     if p.is_dir():
         name = example + (allowed[0] if allowed and not Path(example).suffix else "")
         raise InputError(f"{flag} {p}: is a directory; give a file path such as {p / name}")

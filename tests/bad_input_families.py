@@ -133,7 +133,8 @@ for flag, file, what, needle in [
                                                                   "faults"),
     ("--config", "list_cluster.yaml", "cluster: a list", "cluster"), ("--config", "list_policy.yaml", "policy: a list",
                                                                       "policy"),
-    ("--config", "scalar_policy.yaml", "policy: 5", "policy"), ("--config", "dpi_text.yaml", "devices_per_instance: ten", "devices_per_instance"),
+    ("--config", "scalar_policy.yaml", "policy: 5", "policy"),
+    ("--config", "dpi_text.yaml", "devices_per_instance: ten", "devices_per_instance"),
     ("--config", "eta_text.yaml", "policy.eta: two", "eta"), ("--cost", "cost_text.yaml", "weight_load_s: fast",
                                                               "weight_load_s"),
     ("--config", "seed_frac.yaml", "seed: 1.5", "seed"), ("--config", "eta_bool.yaml", "eta: true", "eta"),
@@ -148,7 +149,8 @@ for flag, file, what, needle in [
 for flag, file, what, needle in [
     ("--config", "not_utf8.yaml", "not UTF-8", "UTF-8"), ("--policy-config", "not_utf8.yaml", "not UTF-8", "UTF-8"),
     ("--config", "dup_key.yaml", "a duplicate key", "twice"), ("--config", "lr_nan.yaml", "trainer.lr .nan", "lr"),
-    ("--config", "null_policy.yaml", "policy: null", "policy"), ("--config", "scalar_policy.yaml", "policy: 5", "policy"),
+    ("--config", "null_policy.yaml", "policy: null", "policy"),
+    ("--config", "scalar_policy.yaml", "policy: 5", "policy"),
     ("--policy-config", "null_policy.yaml", "policy: null", "policy"),
     ("--policy-config", "scalar_policy.yaml", "policy: 5", "policy"),
     ("--policy-config", "list_policy.yaml", "policy: a list", "policy"),
@@ -169,7 +171,8 @@ for flag, value, needle in [
     ("--devices-per-instance", "-2", "devices_per_instance"), ("--steps", "0", "steps"), ("--steps", "-4", "steps"),
     ("--steps", HUGE, "memory"), ("--steps", "inf", "invalid int"), ("--batch-size", "-1", "batch_size"),
     ("--batch-size", HUGE, "batch_size"), ("--eta", "-100", "eta"), ("--eta", "nan", "invalid int"),
-    ("--seed", "x", "invalid int"), ("--seed", "-1", "seed"), ("--mtbf-s", "nan", "mtbf_s"), ("--mtbf-s", "inf", "mtbf_s"),
+    ("--seed", "x", "invalid int"), ("--seed", "-1", "seed"), ("--mtbf-s", "nan", "mtbf_s"),
+    ("--mtbf-s", "inf", "mtbf_s"),
     ("--mtbf-s=-inf", None, "mtbf_s"), ("--repair-s", "nan", "repair_s"), ("--mtbf-s", "0.03", "--mtbf-s"),
     ("--repair-s", "-5", "repair_s"),
     ("--repair-s", "1e999", "repair_s"),
@@ -297,7 +300,8 @@ for extra, what, needle in [
     (("--eta-max", "-1"), "--eta-max -1", "--eta-max"), (("--policy", "sync"), "--policy sync", "dora"),
     (("--out", "OUT/t.txt"), "--out not YAML", "file type"), (("--csv", "OUT/t.json"), "--csv not CSV", "file type"),
     (("--budget", "x"), "--budget x", "invalid int"),
-    (("--budget", "1000000", "--eta-max", "1000000", "--steps", "100"), "a budget of days", "over the limit"), (("--search-seed", "1.5"), "--search-seed 1.5", "invalid int"),
+    (("--budget", "1000000", "--eta-max", "1000000", "--steps", "100"), "a budget of days", "over the limit"),
+    (("--search-seed", "1.5"), "--search-seed 1.5", "invalid int"),
 ]:
     _add(_r(SIM, f"tune {what}", needle, *TUNE, *extra))
 CAL = ("calibrate", "--out", "OUT/c.yaml")

@@ -76,7 +76,8 @@ class Written:
 
 
 def _leaf() -> st.SearchStrategy:
-    return st.one_of(st.none(), st.booleans(), st.integers(-5, 10 ** 15), st.floats(allow_nan=True, allow_infinity=True),
+    return st.one_of(st.none(), st.booleans(), st.integers(-5, 10 ** 15),
+                     st.floats(allow_nan=True, allow_infinity=True),
                      st.sampled_from(["ten", "", "sync", "dora", "H800", "IN/trace.parquet"]),
                      st.lists(st.integers(-2, 5), max_size=3))
 
@@ -217,10 +218,12 @@ ENTRIES = {
                                      ("--jobs", "num"), ("--trace-preset", "word"), ("--plot", "out:png"))),
     "tune": Entry("dora.sim", ("tune", *T, "--quiet", "--budget", "1"),
                   SIM_FLAGS[:13] + (("--budget", "num"), ("--eta-max", "num"), ("--min-gain", "num"),
-                                    ("--max-versions-per-instance", "num"), ("--out", "out:yaml"), ("--csv", "out:csv"))),
+                                    ("--max-versions-per-instance", "num"), ("--out", "out:yaml"),
+                                    ("--csv", "out:csv"))),
     "calibrate": Entry("dora.sim", ("calibrate", "IN/profile.json", "--out", "OUT/c.yaml"),
                        (("--host-cores", "num"), ("--out", "out:yaml"), ("", "profile"), ("", "in")), 2),
-    "compare": Entry("dora.sim", ("compare", EV, EV), (("--json", "out:json"), ("--max-rel-err", "num"), ("", "in")), 1),
+    "compare": Entry("dora.sim", ("compare", EV, EV),
+                     (("--json", "out:json"), ("--max-rel-err", "num"), ("", "in")), 1),
     "presets": Entry("dora.sim.presets", ("--hardware", "H800", "--model", "qwen2.5-7b"),
                      (("--devices-per-instance", "num"), ("--yaml", "out:yaml"), ("--hardware", "word"),
                       ("--model", "word"))),
@@ -245,6 +248,7 @@ ENTRIES = {
                                    ("--events", "out:parquet"), ("--out", "out:json"), ("--model", "in"))),
 }
 WRITERS = {"yaml": yaml_file, "trace": trace_file, "profile": profile_file}
+SUFFIX = {"yaml": ".yaml", "trace": ".parquet", "profile": ".json"}
 
 
 @st.composite
@@ -256,7 +260,7 @@ def command(draw, entry: Entry) -> tuple[list[str], list[Written]]:
     for _ in range(draw(st.integers(0, 3))):
         flag, kind = draw(st.sampled_from(entry.flags))
         if kind in WRITERS:
-            w = draw(WRITERS[kind](f"f{len(files)}{'.yaml' if kind == 'yaml' else '.json' if kind == 'profile' else '.parquet'}"))
+            w = draw(WRITERS[kind](f"f{len(files)}{SUFFIX[kind]}"))
             files.append(w)
             value = f"EX/{w.name}"
         elif kind == "flag":
