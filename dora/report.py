@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+
 from dora.io import write_text
 from dora.metrics import METRIC_NAMES
 

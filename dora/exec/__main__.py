@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+
 from dora.config import apply_cli, build, deep_merge, load_yaml
 from dora.errors import ArgumentParser, InputError, cli_errors
-from dora.io import check_output, check_output_dir
 from dora.exec.run_config import ExecConfig, check_engines_fit, check_model
+from dora.io import check_output, check_output_dir
 from dora.sched.registry import names as policy_names
 
 
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     with cli_errors("dora.exec"):
         cfg = resolve_config(args)
         for flag, out, suffix in (("--json", args.json, "json"), ("--events", args.events, "parquet"),
-                                  ("--trace-out", args.trace_out, "parquet"), ("--profile-out", args.profile_out, "json")):
+                                  ("--trace-out", args.trace_out, "parquet"),
+                                  ("--profile-out", args.profile_out, "json")):
             if out:
                 check_output(out, (suffix,), flag, f"out.{suffix}")
         check_output_dir(cfg.out, "--out")

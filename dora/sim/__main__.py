@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import sys
 import time
+
 from dora.errors import cli_errors
-from dora.io import check_output
 from dora.eventlog import events_path, write_events
+from dora.io import check_output
 from dora.report import ROWS, add_ratios, table, write_json
 from dora.sim.cli import parser, resolve_config
 from dora.sim.run import check_fits, simulate

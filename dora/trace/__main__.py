@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+
 from dora.config import build
 from dora.errors import ArgumentParser, cli_errors
 from dora.io import check_output

@@ -101,7 +101,8 @@ class TraceParams:
         if self.mix_share > 0 and not self.mix_median > 0:
             raise InputError(f"mix_median: must be > 0 with mix_share > 0, got {self.mix_median}")
         if not 1 <= self.turns_mean <= self.max_len:
-            raise InputError(f"turns_mean: must be in [1, max_len] (1 = one turn, no tool calls), got {self.turns_mean}")
+            raise InputError(f"turns_mean: must be in [1, max_len] (1 = one turn, no tool calls), "
+                             f"got {self.turns_mean}")
         if not 0 <= self.seed < 2 ** 63:
             raise InputError(f"seed: must be in [0, 2^63), got {self.seed}")
         for name in ("mix_median", "tool_wait_s_median", "tool_wait_sigma", "tool_tokens_median",

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, fields
+
 import numpy as np
 import yaml
 

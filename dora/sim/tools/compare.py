@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from dora.errors import ArgumentParser, InputError, cli_errors
-from dora.io import check_output, write_text
 from dora.eventlog import read_events
+from dora.io import check_output, write_text
 from dora.metrics import compute_metrics
 
 HEADLINE = ("step_time_mean_s", "e2e_samples_per_s", "bubble_ratio", "staleness_mean")

@@ -28,12 +28,13 @@ import argparse
 import random
 import sys
 from dataclasses import asdict, replace
+
 import yaml
 
 from dora.errors import InputError, cli_errors
 from dora.io import atomic_path, check_output, write_text
-from dora.sim.config import SimConfig
 from dora.limits import check_time
+from dora.sim.config import SimConfig
 from dora.sim.run import check_fits, run_estimate, simulate
 from dora.trace import load_trace
 
