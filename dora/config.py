@@ -23,6 +23,7 @@ from dora.errors import InputError
 from dora.io import read_text
 
 T = TypeVar("T")
+MAX_FLOAT = 1e12  # a float setting's largest magnitude (seconds, factors: far beyond any real one)
 
 
 def _type_name(tp: Any) -> str:
@@ -99,8 +100,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 raise InputError(f"{where}: expected a number, got {value!r}") from None
         else:
             raise InputError(f"{where}: expected a number, got {value!r}")
-        if not math.isfinite(v):
-            raise InputError(f"{where}: {v} is not allowed; give a finite number")
+        if not math.isfinite(v) or abs(v) > MAX_FLOAT:
+            raise InputError(f"{where}: {v} is not allowed; give a finite number of magnitude at most {MAX_FLOAT:g}")
         return v
     if tp is str:
         if isinstance(value, str):

@@ -100,12 +100,13 @@ def run_estimate(cfg: SimConfig, trace: Trace) -> tuple[float, float, float]:
     steps = float(cfg.steps) + min(p.eta, cfg.steps) + 1  # groups in flight beyond the last step
     trajectories = steps * p.batch_size * G
     rows = trajectories * ROWS_PER_TRAJECTORY + steps * n_inst * ROWS_PER_INSTANCE_STEP
-    f = cfg.faults
-    if f.mtbf_s > 0:  # fail/recover rows over a simulated time stretched by the instances' downtime
+    f, redraw_s = cfg.faults, cfg.imbalance.redraw_s
+    if f.mtbf_s > 0 or redraw_s > 0:  # events over the simulated time, stretched by the instances' downtime
         rate = bound_samples_per_s(trace, cfg.cost, c.instances, c.devices_per_instance, c.max_seqs, c.kv_tokens,
                                    c.trainer_devices, p.batch_size * G, np.ones(int(n_inst) + 1))["bound_samples_per_s"]
-        sim_s = trajectories / max(rate, 1e-12) * (f.mtbf_s + f.repair_s) / f.mtbf_s
-        rows += ROWS_PER_FAILURE * c.instances * sim_s / f.mtbf_s
+        sim_s = trajectories / max(rate, 1e-12) * ((f.mtbf_s + f.repair_s) / f.mtbf_s if f.mtbf_s > 0 else 1.0)
+        rows += ROWS_PER_FAILURE * c.instances * sim_s / f.mtbf_s if f.mtbf_s > 0 else 0.0
+        rows += n_inst * sim_s / redraw_s if redraw_s > 0 else 0.0  # a slowdown redraw per instance
     held = n_inst * (BYTES_PER_INSTANCE + BYTES_PER_SLOT * (c.max_seqs + 1.0))
     seconds = rows * S_PER_ROW + n_inst * (cfg.steps + 1) * S_PER_INSTANCE_STEP
     if cfg.reference:  # decode steps: every token, shared by the sequences decoding together on an instance
