@@ -39,6 +39,7 @@ from dora.sched.costs import DecodeCost
 
 
 MAX_COEF = 1e9  # seconds (30 years): above it, simulated clocks lose their precision
+MIN_CORES = 0.01  # a shared host's smallest share (below it every step stretches beyond any run)
 
 
 @dataclass
@@ -73,8 +74,8 @@ class CostModel:
             v = getattr(self, name)
             if not 0 <= v <= MAX_COEF:
                 raise InputError(f"{name}: must be in [0, {MAX_COEF:g}], got {v}")
-        if 0 < self.host_cores < 1:
-            raise InputError(f"host_cores: 0 (devices of their own) or a number of cores >= 1, got {self.host_cores}")
+        if 0 < self.host_cores < MIN_CORES:
+            raise InputError(f"host_cores: 0 (devices of their own) or at least {MIN_CORES} cores, got {self.host_cores}")
         if not 0 <= self.expert_touch <= 1:
             raise InputError(f"expert_touch: must be in [0, 1] (top_k / experts), got {self.expert_touch}")
         if self.decode_base_s + self.decode_per_seq_s <= 0:
