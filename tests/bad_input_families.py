@@ -185,8 +185,11 @@ for key, value, needle in [
     ("cost.weight_load_s", ".inf", "weight_load_s"), ("cost.decode_base_s", ".nan", "decode_base_s"),
     ("policy.eta", "1e400", "eta"), ("steps", "2.5", "steps"), ("steps", "[2]", "steps"), ("seed", "{}", "seed"),
     ("cluster", "null", "cluster"), ("policy.dora.repartition_load", ".nan", "repartition_load"),
+    ("cost.host_cores", "1e-100", "host_cores"), ("cost.decode_base_s", "1e300", "decode_base_s"),
+    ("faults.straggler_slowdown", "1e300", "straggler_slowdown"), ("imbalance.redraw_s", "1e-9", "memory"),
 ]:
-    _add(_r(SIM, f"--set {key}={value}", needle, *T, "--set", f"{key}={value}", *OUTS))
+    cv = ("--set", "cost.moe_imbalance_cv=0.2") if key.startswith("imbalance") else ()  # redraws need an imbalance
+    _add(_r(SIM, f"--set {key}={value}", needle, *T, "--set", f"{key}={value}", *cv, *OUTS))
 for flag, value, needle in [
     ("--instances", "-1", "instances"), ("--steps", "0", "steps"), ("--batch-size", "0", "batch_size"),
     ("--group-size", "-2", "group_size"), ("--eta", "-1", "eta"), ("--seed", "1.5", "invalid int"),

@@ -100,7 +100,8 @@ def run_estimate(cfg: SimConfig, trace: Trace) -> tuple[float, float, float]:
     steps = float(cfg.steps) + min(p.eta, cfg.steps) + 1  # groups in flight beyond the last step
     trajectories = steps * p.batch_size * G
     rows = trajectories * ROWS_PER_TRAJECTORY + steps * n_inst * ROWS_PER_INSTANCE_STEP
-    f, redraw_s = cfg.faults, cfg.imbalance.redraw_s
+    f = cfg.faults
+    redraw_s = cfg.imbalance.redraw_s if imbalance_cv(cfg, trace) > 0 else 0.0  # redraws only with an imbalance
     if f.mtbf_s > 0 or redraw_s > 0:  # events over the simulated time, stretched by the instances' downtime
         rate = bound_samples_per_s(trace, cfg.cost, c.instances, c.devices_per_instance, c.max_seqs, c.kv_tokens,
                                    c.trainer_devices, p.batch_size * G, np.ones(int(n_inst) + 1))["bound_samples_per_s"]
