@@ -78,7 +78,7 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
     what = f"simulation of {len(cfg.policies)} polic{'ies' if len(cfg.policies) > 1 else 'y'} (about {events:,.0f} " \
            "events each)"
     fix = ("raise --mtbf-s (each failure adds events and downtime), or " if cfg.faults.mtbf_s > 0 else "") + \
-        "lower --steps, --batch-size, --instances or --max-seqs, or run fewer policies at once"
+        "lower --steps, --batch-size, --eta, --instances or --max-seqs, or run fewer policies at once"
     check_memory(what, need, fix)
     check_time(what, seconds, fix)
 
@@ -89,6 +89,7 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
 ROWS_PER_TRAJECTORY, ROWS_PER_INSTANCE_STEP, ROWS_PER_FAILURE = 8, 4, 4
 BYTES_PER_ROW, BYTES_PER_INSTANCE, BYTES_PER_SLOT = 400, 16384, 40
 S_PER_ROW, S_PER_INSTANCE_STEP = 2e-5, 2e-4
+BYTES_PER_BOUND_GROUP = 64  # eta_bound_samples_per_s: a few float64/int64 arrays over (steps + eta) x B groups
 
 
 def run_estimate(cfg: SimConfig, trace: Trace) -> tuple[float, float, float]:
@@ -114,7 +115,8 @@ def run_estimate(cfg: SimConfig, trace: Trace) -> tuple[float, float, float]:
         per_step = max(1.0, min(float(c.max_seqs), p.batch_size * G / max(c.instances, 1)))
         seconds += trajectories * float(trace.response_len.mean()) / per_step * S_PER_ROW
     n = len(cfg.policies)
-    return rows, rows * BYTES_PER_ROW * n + held, seconds * n
+    eta_bound = (float(cfg.steps) + p.eta) * p.batch_size * BYTES_PER_BOUND_GROUP  # its arrays grow with eta
+    return rows, rows * BYTES_PER_ROW * n + held + eta_bound, seconds * n
 
 
 def make_policy(name: str, cfg: SimConfig, group_size: int) -> Policy:

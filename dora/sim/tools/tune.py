@@ -33,7 +33,7 @@ import yaml
 
 from dora.errors import InputError, cli_errors
 from dora.io import atomic_path, check_output, write_text
-from dora.limits import check_time
+from dora.limits import check_memory, check_time
 from dora.sim.config import SimConfig
 from dora.sim.run import check_fits, run_estimate, simulate
 from dora.trace import load_trace
@@ -182,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         trace = load_trace(base.trace)
         check_fits(base, trace)
         n = 1 + min(args.budget, search_space(eta_max, args.max_versions_per_instance))
-        check_time(f"tune of {n:,} candidates", n * run_estimate(replace(base, policies=["dora"]), trace)[2],
-                   "lower --budget or --steps")
+        worst = replace(base, policies=["dora"], policy=replace(base.policy, eta=max(eta_max, base.policy.eta)))
+        _, need, seconds = run_estimate(worst, trace)
+        check_memory(f"tune candidate with eta {worst.policy.eta:,}", need, "lower --eta-max or --steps")
+        check_time(f"tune of {n:,} candidates", n * seconds, "lower --budget or --steps")
         rows = tune(base, trace, args.budget, eta_max, args.max_versions_per_instance, args.search_seed,
                     progress=not args.quiet)
         print(table(rows))
