@@ -251,6 +251,9 @@ def bubble_breakdown(df: pd.DataFrame, run: dict | None = None) -> dict:
     colocated = bool(run.get("colocated", False))
     rollout_devices = int(run.get("rollout_devices", 0))
     trainer_devices = int(run.get("trainer_devices", 0))
+    if trainer_devices < 1 and not colocated:
+        raise InputError("event log: run metadata 'dora.run' gives no trainer devices (trainer_devices missing or 0, "
+                         "not colocated); write the log with dora.sim or dora.exec --events")
     n_inst = int(run.get("instances", 0))
     dpi = int(run.get("devices_per_instance", 0)) or (rollout_devices // n_inst if n_inst else 0)
     if not (rollout_devices and n_inst and dpi):

@@ -11,6 +11,7 @@ section per registered policy) takes each section as a key of its own, beside it
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -19,8 +20,10 @@ from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 import yaml
 
 from dora.errors import InputError
+from dora.io import read_text
 
 T = TypeVar("T")
+MAX_FLOAT = 1e12  # a float setting's largest magnitude (seconds, factors: far beyond any real one)
 
 
 def _type_name(tp: Any) -> str:
@@ -97,8 +100,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 raise InputError(f"{where}: expected a number, got {value!r}") from None
         else:
             raise InputError(f"{where}: expected a number, got {value!r}")
-        if v != v:
-            raise InputError(f"{where}: NaN is not allowed")
+        if not math.isfinite(v) or abs(v) > MAX_FLOAT:
+            raise InputError(f"{where}: {v} is not allowed; give a finite number of magnitude at most {MAX_FLOAT:g}")
         return v
     if tp is str:
         if isinstance(value, str):
@@ -169,20 +172,44 @@ def build(cls: type[T], data: dict | None = None) -> T:
     return obj
 
 
-def load_yaml(path: str | Path) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"config file {p}: not found; pass an existing YAML file")
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a mapping with the same key twice (plain YAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                dup = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: construct_mapping below says so
+                dup = False
+            if dup:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text -> data (duplicate keys refused); InputError '<where> line N: ...' otherwise."""
     try:
-        data = yaml.safe_load(p.read_text())
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"config file {p}{line}: not valid YAML ({getattr(e, 'problem', e)})") from None
+        raise InputError(f"{where}{line}: not valid YAML ({getattr(e, 'problem', None) or e}); fix the file") from None
+
+
+def load_yaml(path: str | Path, what: str = "config file") -> dict:
+    """A YAML file whose top level is a mapping (an empty file: {})."""
+    p = Path(path)
+    data = parse_yaml(read_text(p, what, "pass an existing UTF-8 YAML file"), f"{what} {p}")
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise InputError(f"config file {p}: top level must be a mapping of keys, got {type(data).__name__}")
+        raise InputError(f"{what} {p}: top level must be a mapping of keys, got {type(data).__name__}")
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        raise InputError(f"{what} {p}: key {bad[0]!r} is not a name; keys are words such as steps or cluster")
     return data
 
 
@@ -204,11 +231,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def merge(base: dict, path: list[str], value: Any) -> dict:
     """Set base[path[0]][path[1]]... = value, creating mappings as needed."""
     node = base
-    for p in path[:-1]:
+    for i, p in enumerate(path[:-1]):
         nxt = node.get(p)
-        if not isinstance(nxt, dict):
-            nxt = {}
-            node[p] = nxt
+        if p in node and not isinstance(nxt, dict):
+            raise InputError(f"{'.'.join(path[:i + 1])}: is {nxt!r}, not a section, so {'.'.join(path)} cannot be "
+                             "set; make it a mapping of keys")
+        if p not in node:
+            nxt = node[p] = {}
         node = nxt
     node[path[-1]] = value
     return base

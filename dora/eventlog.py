@@ -61,6 +61,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dora.errors import InputError
+from dora.io import atomic_path
 
 COLUMNS = ("t_s", "event", "instance", "trajectory", "prompt_id", "version", "trainer_version",
            "tokens", "detail", "dur_s", "busy_s", "prefill_s")
@@ -190,11 +191,8 @@ def write_events(df: pd.DataFrame, path: str | Path) -> None:
     meta = dict(table.schema.metadata or {})
     meta[META_KEY] = json.dumps(df.attrs.get("run", {}), sort_keys=True, default=str).encode()
     table = table.replace_schema_metadata(meta)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(out)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
 
 
 def read_events(path: str | Path) -> pd.DataFrame:
@@ -211,5 +209,14 @@ def read_events(path: str | Path) -> pd.DataFrame:
     df = table.to_pandas()
     df["event"] = df["event"].astype("category")
     raw = (table.schema.metadata or {}).get(META_KEY)
-    df.attrs["run"] = json.loads(raw) if raw else {}
+    try:
+        run = json.loads(raw) if raw else {}
+    except ValueError:
+        raise InputError(f"event log {p}: its metadata 'dora.run' is not valid JSON; write the log again with "
+                         "dora.sim or dora.exec --events") from None
+    if not isinstance(run, dict):
+        raise InputError(f"event log {p}: its metadata 'dora.run' is {type(run).__name__}, not a mapping; write the "
+                         "log again with dora.sim or dora.exec --events")
+    df.attrs["run"] = run
+    df.attrs["path"] = str(p)
     return df

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dora.errors import InputError
 from dora.eventlog import SEGMENT_END, SEGMENT_START
 
 METRIC_NAMES = (
@@ -82,10 +83,32 @@ def staleness(df: pd.DataFrame) -> np.ndarray:
     return tr["trainer_version"].to_numpy().astype(np.int64) - gen_ver
 
 
+def _fact(run: dict, key: str, low: int, where: str, why: str) -> int:
+    v = run.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+        got = "missing" if v is None else f"{v!r}"
+        raise InputError(f"{where}: run metadata 'dora.run' has {key} {got}, not an integer >= {low}; {why} "
+                         "(write the log with dora.sim or dora.exec --events)")
+    return int(v)
+
+
+def run_facts(run: dict, where: str = "event log") -> tuple[int, int, int, bool]:
+    """(eta, rollout_devices, trainer_devices, colocated) of a run, checked: C3 needs eta, the
+    bubble ratios the device counts (a colocated run's trainer shares the rollout devices: 0)."""
+    eta = _fact(run, "eta", 0, where, "C3 (staleness <= eta) cannot be checked without it")
+    rollout = _fact(run, "rollout_devices", 1, where, "the bubble ratios are shares of the devices")
+    colocated = run.get("colocated", False)
+    if not isinstance(colocated, bool):
+        raise InputError(f"{where}: run metadata 'dora.run' has colocated {colocated!r}, not true/false")
+    trainer = _fact(run, "trainer_devices", 0 if colocated else 1, where, "the bubble ratios are shares of the devices")
+    return eta, rollout, trainer, colocated
+
+
 def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
-    """All metrics from one run's event log. `run` defaults to df.attrs['run']."""
+    """All metrics from one run's event log. `run` defaults to df.attrs['run']; InputError when
+    it lacks eta or the device counts (see run_facts)."""
     run = run if run is not None else df.attrs.get("run", {})
-    eta = run.get("eta")
+    eta, rollout_devices, trainer_devices, colocated = run_facts(run, str(df.attrs.get("path", "event log")))
     ev = EventColumn(df["event"])
     t = df["t_s"].to_numpy()
 
@@ -129,9 +152,6 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
     waste_ratio = (waste_tok + reprefill) / generated if generated > 0 else 0.0
 
     # bubbles
-    rollout_devices = int(run.get("rollout_devices", 0))
-    trainer_devices = int(run.get("trainer_devices", 0))
-    colocated = bool(run.get("colocated", False))
     useful_seg = seg["busy_s"].to_numpy() + seg["prefill_s"].to_numpy()
     useful_roll = float(useful_seg[trained_mask].sum())
     # rollout work done on the trainer's devices (elastic instances) counts for the trainer's devices
@@ -153,17 +173,17 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
     train_bubble = _idle_share(useful_train + useful_elastic, train_cap)
 
     # C2
-    size = int(run.get("group_size", 0)) or None
+    size = _fact(run, "group_size", 1, str(df.attrs.get("path", "event log")), "C2 counts groups of that size")
     sampled = set(df["prompt_id"].to_numpy()[ev == "sample"].tolist())
     per_group = tr.groupby("prompt_id").agg(n=("trajectory", "size"), steps=("trainer_version", "nunique"))
-    dup = per_group[(per_group["steps"] > 1) | ((per_group["n"] > size) if size else False)]
+    dup = per_group[(per_group["steps"] > 1) | (per_group["n"] > size)]
     trained_groups = set(per_group.index.tolist())
     waiting = lo["detail"].astype(str).to_numpy() == "complete"
-    too_old = (steps - lo["version"].to_numpy() > eta) if eta is not None else np.zeros(len(lo), bool)
+    too_old = steps - lo["version"].to_numpy() > eta
     leftover = set(lo["prompt_id"].to_numpy()[~(waiting & too_old)].tolist())
     lost = len(sampled - trained_groups - leftover)
 
-    c3 = int((stale > eta).sum()) if eta is not None else 0
+    c3 = int((stale > eta).sum())
     return {
         "e2e_samples_per_s": e2e_samples,
         "e2e_tokens_per_s": e2e_tokens,

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dora.errors import InputError
+from dora import io
 from dora.analysis import check_log, event_names, label_runs, loads, segments, tool_calls, trainer_steps
 
 TRAINER_PID = 1
@@ -159,29 +159,15 @@ def trace_events(df: pd.DataFrame) -> dict:
 
 
 def check_output(path: str | Path) -> Path:
-    """Refuse an output path before any work (a directory, or not .json)."""
-    p = Path(path)
-    if p.is_dir():
-        raise InputError(f"output {p}: is a directory; give a file path such as {p / 'trace.json'}")
-    if p.suffix.lower() != ".json":
-        raise InputError(f"output {p}: a trace-event file ends in .json (got '{p.suffix}')")
-    return p
+    """Refuse an output path before any work (dora.io.check_output; a trace-event file is .json)."""
+    return io.check_output(path, ("json",), example="trace.json")
 
 
 def write_perfetto(df: pd.DataFrame, path: str | Path) -> Path:
     """Write the event log as trace-event JSON (atomically: a temp file renamed into place)."""
     p = check_output(path)
     doc = trace_events(df)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    try:
-        text = json.dumps(doc, separators=(",", ":"), allow_nan=False)  # dumps (C encoder), not dump: 10x faster
-        with open(tmp, "w") as f:
-            f.write(text)
-        tmp.replace(p)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    io.write_text(p, json.dumps(doc, separators=(",", ":"), allow_nan=False))  # dumps (C encoder): 10x faster
     return p
 
 
@@ -199,13 +185,12 @@ def write_perfetto_runs(logs, out: str | Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     """python -m dora.perfetto EVENTS.parquet OUT.json"""
-    import argparse
     import sys
 
-    from dora.errors import cli_errors
+    from dora.errors import ArgumentParser, cli_errors
     from dora.eventlog import read_events
 
-    ap = argparse.ArgumentParser(prog="python -m dora.perfetto", description="Write an event log as "
+    ap = ArgumentParser(prog="python -m dora.perfetto", description="Write an event log as "
                                  "Chrome/Perfetto trace-event JSON (open in ui.perfetto.dev).")
     ap.add_argument("events", help="event log parquet (python -m dora.sim ... --events OUT.parquet)")
     ap.add_argument("out", help="output JSON")

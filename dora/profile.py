@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dora.errors import InputError
+from dora.io import read_text, write_text
 
 FORMAT = "dora.profile/1"
 TABLES = {
@@ -122,25 +123,26 @@ def _plain(x: Any) -> Any:
 
 def write_profile(profile: dict, path: str | Path) -> Path:
     """Write atomically (temp file renamed into place)."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(profile))
-    tmp.replace(out)
-    return out
+    return write_text(path, json.dumps(profile))
 
 
 def read_profile(path: str | Path) -> dict:
     """Load and check a profile; bad input raises InputError naming the file and the table."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"profile {p}: file not found; record one with python -m dora.exec ... --profile-out FILE")
+    text = read_text(p, "profile", "record one with python -m dora.exec ... --profile-out FILE")
     try:
-        prof = json.loads(p.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
+        prof = json.loads(text)
+    except ValueError as e:
         raise InputError(f"profile {p}: not JSON ({type(e).__name__}); give a profile written by dora.exec") from None
     if not isinstance(prof, dict) or prof.get("format") != FORMAT:
         raise InputError(f"profile {p}: 'format' is not {FORMAT!r}; give a profile written by dora.exec")
+    if prof.get("backend") not in ("vllm", "hf"):
+        raise InputError(f"profile {p}: backend {prof.get('backend')!r} is not 'vllm' or 'hf'; give a profile written "
+                         "by dora.exec")
+    td = prof.get("trainer_devices")
+    if isinstance(td, bool) or not isinstance(td, (int, float)) or not 1 <= td < math.inf:
+        raise InputError(f"profile {p}: trainer_devices {td!r} is not a number >= 1; give a profile written by "
+                         "dora.exec")
     for name, cols in TABLES.items():
         t = prof.get(name)
         if t is None and name in OPTIONAL:

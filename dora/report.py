@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
+from dora.io import write_text
 from dora.metrics import METRIC_NAMES
 
 _FORMATS = {
@@ -57,13 +57,9 @@ def table(runs: list[dict], title: str = "", rows: tuple[str, ...] = ROWS) -> st
 
 
 def write_json(runs: list[dict], path: str, **sections: Any) -> None:
-    """{"runs": runs, **sections} (e.g. verdict=..., search=...), written atomically."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    doc: dict = {"runs": runs, **sections}
-    tmp.write_text(json.dumps(doc, indent=2, default=_jsonable))
-    tmp.replace(out)
+    """{"runs": runs, **sections} (e.g. verdict=..., search=...) as JSON, atomically (NaN written as NaN,
+    as json does)."""
+    write_text(path, json.dumps({"runs": runs, **sections}, indent=2, default=_jsonable))
 
 
 def _jsonable(o):

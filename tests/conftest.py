@@ -88,3 +88,16 @@ def small_config(trace: Path, **over) -> SimConfig:
 @pytest.fixture(scope="session")
 def small(small_trace):
     return load_trace(small_trace)
+
+
+# under CI=true a skip for a missing executor dependency is a failure (tests/ci_skips.py)
+from tests.ci_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The fuzzer's seed, when it ran (tests/test_fuzz.py)."""
+    import sys
+
+    fuzz = sys.modules.get("tests.test_fuzz")
+    if fuzz is not None:
+        terminalreporter.write_line(f"tests/test_fuzz.py seed: DORA_FUZZ_SEED={fuzz.SEED}")

@@ -96,3 +96,17 @@ def test_staleness_violation():
     run = dict(RUN, eta=0)
     m = compute_metrics(_log().to_frame(), run)
     assert m["c3_violations"] == 2
+
+
+@pytest.mark.parametrize("key, value", [("eta", None), ("eta", -1), ("eta", "2"), ("group_size", None),
+                                        ("rollout_devices", 0), ("rollout_devices", None), ("trainer_devices", 0),
+                                        ("colocated", "yes")])
+def test_missing_run_facts_are_refused_not_defaulted(key, value):
+    """No C3 count without eta, no bubble ratio without device counts (a colocated run's trainer
+    shares the rollout devices: 0 trainer devices is fine there)."""
+    from dora.errors import InputError
+
+    run = {k: v for k, v in RUN.items() if k != key} if value is None else dict(RUN, **{key: value})
+    with pytest.raises(InputError, match=key):
+        compute_metrics(_log().to_frame(), run)
+    compute_metrics(_log().to_frame(), dict(RUN, trainer_devices=0, colocated=True))

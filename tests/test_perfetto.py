@@ -184,7 +184,7 @@ def test_write_runs_names_files_like_events(logs, tmp_path):
         assert validate(json.loads(p.read_text())) == []
     one = write_perfetto_runs({"dora": logs["dora"]}, tmp_path / "one.json")
     assert [p.name for p in one] == ["one.json"]
-    with pytest.raises(InputError, match="ends in .json"):
+    with pytest.raises(InputError, match="use .json"):
         write_perfetto_runs(logs, tmp_path / "t.png")
     with pytest.raises(InputError, match="is a directory"):
         write_perfetto(logs["sync"], tmp_path)

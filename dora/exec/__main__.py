@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from dora.config import apply_cli, build, deep_merge, load_yaml
 from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.exec.model_ref import resolve_model
-from dora.exec.run_config import ExecConfig
+from dora.exec.run_config import ExecConfig, check_engines_fit
+from dora.io import check_output, check_output_dir
 from dora.sched.registry import names as policy_names
 
 
@@ -56,8 +56,12 @@ def parser() -> argparse.ArgumentParser:
 def resolve_config(args: argparse.Namespace) -> ExecConfig:
     data: dict = load_yaml(args.config) if args.config else {}
     if args.policy_config:
-        pol = load_yaml(args.policy_config)
-        data["policy"] = deep_merge(data.get("policy", {}), pol.get("policy", pol))
+        pol = load_yaml(args.policy_config, "policy config")
+        pol = pol["policy"] if "policy" in pol else pol
+        if not isinstance(pol, dict):
+            raise InputError(f"policy config {args.policy_config}: 'policy' must be a mapping of PolicyConfig keys "
+                             f"(eta, batch_size, dora: {{...}}), got {pol!r}")
+        data = deep_merge(data, {"policy": pol})
     flags = {("model",): args.model, ("steps",): args.steps, ("seed",): args.seed, ("out",): args.out,
              ("ray_address",): args.ray_address, ("rollout", "instances"): args.instances,
              ("rollout", "backend"): args.backend, ("policy", "eta"): args.eta,
@@ -74,12 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     with cli_errors("dora.exec"):
         cfg = resolve_config(args)
-        for out in (args.json, args.events, args.trace_out, args.profile_out):
-            if out and Path(out).is_dir():
-                raise InputError(f"output {out}: is a directory; give a file path")
-        if Path(cfg.out).exists() and not Path(cfg.out).is_dir():
-            raise InputError(f"out {cfg.out}: is a file; --out names a directory for checkpoints and logs")
+        for flag, out, suffix in (("--json", args.json, "json"), ("--events", args.events, "parquet"),
+                                  ("--trace-out", args.trace_out, "parquet"),
+                                  ("--profile-out", args.profile_out, "json")):
+            if out:
+                check_output(out, (suffix,), flag, f"out.{suffix}")
+        check_output_dir(cfg.out, "--out")
         cfg.model = resolve_model(cfg.model)
+        check_engines_fit(cfg)
         if cfg.task.dataset != "count":
             from dora.exec.tasks import load_dataset
 

@@ -76,6 +76,8 @@ class ExecConfig:
             raise InputError("model: missing; pass --model DIR (build one: python -m dora.exec.tiny_model --out DIR) "
                              "or a hub id")
         check_run(self.policies, self.steps, self.policy)
+        if not 0 <= self.seed < 2 ** 63:
+            raise InputError(f"seed: must be in [0, 2^63), got {self.seed}")
         if self.runtime not in ("ray", "local"):
             raise InputError(f"runtime: {self.runtime!r} is not one of 'ray', 'local'")
         if self.task.max_new_tokens >= self.rollout.max_model_len:
@@ -95,3 +97,24 @@ class ExecConfig:
         if self.checkpoint_every < 0:
             raise InputError(f"checkpoint_every: must be >= 0 steps (0: at the end only), got {self.checkpoint_every}")
         self.faults.check_run(self.rollout.instances, self.steps, self.checkpoint_every, self.rollout.weight_sync)
+
+
+ENGINE_BYTES = 2 ** 30  # an engine's own memory besides the weights (runtime, buffers), at the least
+
+
+def check_engines_fit(cfg: ExecConfig) -> None:
+    """Refuse, before any engine starts, more engines than this machine holds: each loads the
+    weights (the checkpoint's weight files, when --model is a local folder) and needs ENGINE_BYTES
+    more. Engines of a Ray cluster joined with ray_address are that cluster's to hold."""
+    from pathlib import Path
+
+    from dora.exec.model_ref import WEIGHT_FILES
+    from dora.limits import check_memory
+
+    if cfg.ray_address:
+        return
+    p = Path(cfg.model).expanduser()
+    weights = sum(f.stat().st_size for pat in WEIGHT_FILES for f in p.glob(pat)) if p.is_dir() else 0
+    n = cfg.rollout.instances
+    check_memory(f"{n:,} engines of {weights / 2 ** 30:.2f} GiB weights each", n * (weights + ENGINE_BYTES),
+                 "lower --instances, or join a Ray cluster with --ray-address")

@@ -17,11 +17,13 @@ With several event logs, `timeline` writes one figure per log: OUT.<policy>.png.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.eventlog import read_events
+from dora.limits import check_memory
 
 
 def parser() -> argparse.ArgumentParser:
@@ -76,6 +78,10 @@ def run(args: argparse.Namespace) -> list[Path]:
     if args.kind == "timeline":
         if args.bins < 1 or args.max_rows < 1:
             raise InputError("timeline: --bins and --max-rows must be >= 1")
+        if args.window and not all(math.isfinite(t) for t in args.window):
+            raise InputError(f"timeline: --window {args.window[0]:g} {args.window[1]:g}: give finite seconds T0 < T1")
+        check_memory(f"timeline of {args.bins:,} bins", 64.0 * args.bins * (args.max_rows + 2),
+                     "lower --bins (a figure shows at most a few thousand)")
         logs = _logs(args.inputs)
         kw = dict(window=tuple(args.window) if args.window else None, step=args.step, bins=args.bins,
                   max_rows=args.max_rows, title=args.title)

@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
-from dora.errors import InputError
+from dora import io
 from dora.sched.registry import names
 
 
@@ -60,26 +60,13 @@ IMAGE_TYPES = ("png", "svg", "pdf")
 
 
 def check_output(out: str | Path, types: tuple[str, ...] = IMAGE_TYPES) -> Path:
-    """Refuse an output path before any work: a directory, or a suffix not in `types`."""
-    p = Path(out)
-    if p.is_dir():
-        raise InputError(f"output {p}: is a directory; give a file path such as {p / ('out.' + types[0])}")
-    fmt = p.suffix.lstrip(".").lower()
-    if fmt not in types:
-        raise InputError(f"output {p}: unknown file type '{p.suffix}'; use " + ", ".join("." + t for t in types))
-    return p
+    """Refuse an output path before any work (dora.io.check_output with a suffix in `types`)."""
+    return io.check_output(out, types)
 
 
 def save(fig, out: str | Path, dpi: int = 120) -> Path:
     """Write a figure (PNG/SVG/PDF by suffix) atomically: a temp file renamed into place."""
     p = check_output(out)
-    fmt = p.suffix.lstrip(".").lower()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    try:
-        fig.savefig(tmp, dpi=dpi, format=fmt, bbox_inches="tight")
-        tmp.replace(p)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with io.atomic_path(p) as tmp:
+        fig.savefig(tmp, dpi=dpi, format=p.suffix.lstrip(".").lower(), bbox_inches="tight")
     return p

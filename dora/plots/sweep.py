@@ -123,6 +123,21 @@ def guess_x(tab: pd.DataFrame, y: str) -> str:
     raise InputError(f"sweep: several columns vary ({', '.join(cand[:6])}); name the swept one with --x")
 
 
+def _check_finite(tab: pd.DataFrame, col: str, numeric: bool) -> None:
+    """InputError naming the first row whose `col` is not a finite number (a text column is fine
+    where `numeric` is False: it is drawn as categories)."""
+    if not pd.api.types.is_numeric_dtype(tab[col]) or pd.api.types.is_bool_dtype(tab[col]):
+        if numeric:
+            raise InputError(f"sweep table: column '{col}' is not numeric (e.g. {tab[col].iloc[0]!r}); choose a "
+                             "metric column with --y")
+        return
+    bad = np.flatnonzero(~np.isfinite(tab[col].to_numpy(float)))
+    if len(bad):
+        r = int(bad[0])
+        raise InputError(f"sweep table: column '{col}', row {r} (0-based): {tab[col].iloc[r]} is not a finite number; "
+                         "drop such rows or choose another column")
+
+
 def sweep_plot(table, x: str | None = None, y: str = "e2e_samples_per_s", title: str | None = None):
     """Lines of `y` against `x`, one per policy (mean over repeated runs, min-max as a band);
     the bubble-free bound is drawn dashed when the table has bound_samples_per_s."""
@@ -133,6 +148,8 @@ def sweep_plot(table, x: str | None = None, y: str = "e2e_samples_per_s", title:
     x = x or guess_x(tab, y)
     if x not in tab.columns:
         raise InputError(f"sweep table: no column '{x}'; columns are {', '.join(map(str, tab.columns[:12]))}")
+    _check_finite(tab, y, numeric=True)
+    _check_finite(tab, x, numeric=False)
     fig, ax = subplots(figsize=(8, 5))
     pols = sorted(tab["policy"].astype(str).unique(),
                   key=lambda p: (policy_order().index(p) if p in policy_order() else 99, p))

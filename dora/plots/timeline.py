@@ -58,6 +58,9 @@ def timeline(df: pd.DataFrame, *, window: tuple[float, float] | None = None, ste
         if window is not None:
             raise InputError(f"timeline: window [{t0w:g}, {t1w:g}] s is empty; give T0 < T1")
         t1w = t0w + 1.0  # a log with nothing after its first row
+    elif window is not None and (t1w <= min(t_first, 0.0) or t0w >= t_end):
+        raise InputError(f"timeline: window [{t0w:g}, {t1w:g}] s is outside the run ({min(t_first, 0.0):g} to "
+                         f"{t_end:g} s); give a window that overlaps it")
     seg, _ = segments(df)
     n_inst = max(int(run.get("instances", 0)), int(max(df["instance"].max(), 0)) + 1)
     max_seqs = int(run.get("max_seqs", 0)) or 1

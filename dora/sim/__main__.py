@@ -25,7 +25,7 @@ from dora.parallel import check_jobs
 from dora.sim import memory
 from dora.sim.cli import parser, resolve_config
 from dora.sim.run import check_fits
-from dora.sim.runs import run_table
+from dora.sim.runs import check_request, run_table
 from dora.sim.split import search
 from dora.trace import load_trace
 
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser(__doc__).parse_args(argv)
     with cli_errors("dora.sim"):
         cfg = resolve_config(args)
+        check_request(args)  # before any work
         trace = load_trace(cfg.trace)
         cfg, sizing = memory.resolve(cfg, trace)
         check_fits(cfg, trace)  # refuse before any output

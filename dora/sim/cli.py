@@ -95,7 +95,7 @@ def resolve_config(args: argparse.Namespace) -> SimConfig:
     if args.config:
         data = deep_merge(data, load_yaml(args.config))
     if args.cost:
-        data.setdefault("cost", {}).update(load_yaml(args.cost))
+        data = deep_merge(data, {"cost": load_yaml(args.cost, "cost file")})
     flags = {
         ("trace",): args.trace, ("steps",): args.steps, ("seed",): args.seed,
         ("cluster", "instances"): args.instances, ("cluster", "devices_per_instance"): args.devices_per_instance,

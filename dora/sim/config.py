@@ -55,3 +55,5 @@ class SimConfig:
 
     def validate(self) -> None:
         check_run(self.policies, self.steps, self.policy)
+        if not 0 <= self.seed < 2 ** 63:
+            raise InputError(f"seed: must be in [0, 2^63), got {self.seed}")

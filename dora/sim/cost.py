@@ -38,6 +38,10 @@ from dora.errors import InputError
 from dora.sched.costs import DecodeCost
 
 
+MAX_COEF = 1e9  # seconds (30 years): above it, simulated clocks lose their precision
+MIN_CORES = 0.01  # a shared host's smallest share (below it every step stretches beyond any run)
+
+
 @dataclass
 class CostModel:
     """Cost coefficients (seconds). Defaults are `presets.derive('H800', 'qwen3-30b-a3b', 2)`
@@ -62,13 +66,16 @@ class CostModel:
     source: str = "presets.derive(H800, qwen3-30b-a3b, devices_per_instance=2), rounded"
 
     def validate(self) -> None:
+        """Coefficients in [0, MAX_COEF] (seconds, or cores for host_cores)."""
         for name in ("decode_base_s", "decode_expert_s", "decode_per_seq_s", "decode_per_ctx_token_s", "prefill_per_token_s",
                      "kv_transfer_base_s", "kv_transfer_per_token_s", "weight_load_s", "colocated_reshard_s",
                      "publish_s", "train_base_s", "train_device_s_per_token", "request_latency_s",
                      "host_cores"):
             v = getattr(self, name)
-            if not v >= 0:
-                raise InputError(f"{name}: must be >= 0 seconds, got {v}")
+            if not 0 <= v <= MAX_COEF:
+                raise InputError(f"{name}: must be in [0, {MAX_COEF:g}], got {v}")
+        if 0 < self.host_cores < MIN_CORES:
+            raise InputError(f"host_cores: 0 (devices of their own) or at least {MIN_CORES} cores, got {self.host_cores}")
         if not 0 <= self.expert_touch <= 1:
             raise InputError(f"expert_touch: must be in [0, 1] (top_k / experts), got {self.expert_touch}")
         if self.decode_base_s + self.decode_per_seq_s <= 0:

@@ -37,9 +37,9 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.io import check_output, write_text
 from dora.sim.cost import CostModel
 
 
@@ -283,8 +283,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     with cli_errors("dora.sim.presets"):
-        if args.yaml and Path(args.yaml).is_dir():
-            raise InputError(f"--yaml {args.yaml}: is a directory; give a file path")
+        if args.yaml:
+            check_output(args.yaml, ("yaml", "yml"), "--yaml", "cost.yaml")
         terms, hints = derivation(args.hardware, args.model, args.devices_per_instance)
         cost, _ = derive(args.hardware, args.model, args.devices_per_instance)
         hw, m = lookup(args.hardware, args.model)
@@ -298,12 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, value, formula in terms:
             print(f"{name.ljust(w)}  {value:<12.6g}  {formula}")
         if args.yaml:
-            out = Path(args.yaml)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_name(out.name + ".tmp")
-            tmp.write_text(cost_yaml(cost, hints, hw, m))
-            tmp.replace(out)
-            print(f"wrote {out}", file=sys.stderr)
+            print(f"wrote {write_text(args.yaml, cost_yaml(cost, hints, hw, m))}", file=sys.stderr)
     return 0
 
 

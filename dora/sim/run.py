@@ -13,6 +13,7 @@ from dora.body import RunResult, run_info as body_run_info
 from dora.config import to_dict
 from dora.errors import InputError
 from dora.eventlog import EventLog
+from dora.limits import check_memory, check_time
 from dora.metrics import compute_metrics
 from dora.sched.registry import POLICIES
 from dora.sched.policy import Policy
@@ -26,9 +27,15 @@ from dora.trace import Trace
 
 
 def imbalance_cv(cfg: SimConfig, trace: Trace) -> float:
+    """cost.moe_imbalance_cv, or (at -1) the one the trace's generator recorded; a trace that
+    records none (not made by dora.trace generate) runs its instances at equal speed (0)."""
     if cfg.cost.moe_imbalance_cv >= 0:
         return cfg.cost.moe_imbalance_cv
-    return float(trace.metadata.get("params", {}).get("moe_imbalance_cv", 0.0))
+    cv = trace.metadata.get("params", {}).get("moe_imbalance_cv", 0.0)
+    if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not 0 <= cv < float("inf"):
+        raise InputError(f"bad trace {trace.path}: its metadata records moe_imbalance_cv {cv!r}, not a number >= 0; "
+                         "fix the metadata or set cost.moe_imbalance_cv")
+    return float(cv)
 
 
 def slowdowns(cfg: SimConfig, trace: Trace, n: int) -> np.ndarray:
@@ -66,6 +73,50 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
         if int(i) >= c.instances:
             raise InputError(f"faults.fail_at: instance {int(i)} does not exist (rollout instances are "
                              f"0..{c.instances - 1}); use an id below cluster.instances")
+    imbalance_cv(cfg, trace)  # refuse a bad recorded value before any run
+    events, need, seconds = run_estimate(cfg, trace)
+    what = f"simulation of {len(cfg.policies)} polic{'ies' if len(cfg.policies) > 1 else 'y'} (about {events:,.0f} " \
+           "events each)"
+    fix = ("raise --mtbf-s (each failure adds events and downtime), or " if cfg.faults.mtbf_s > 0 else "") + \
+        "lower --steps, --batch-size, --eta, --instances or --max-seqs, or run fewer policies at once"
+    check_memory(what, need, fix)
+    check_time(what, seconds, fix)
+
+
+# What a run holds and takes, generously (measured: 3-4 log rows per trajectory, ~2 per instance
+# and step, ~8 KiB per instance; 7-50 us per row, ~80 us per instance and step): every policy's
+# event frame is kept until the outputs are written.
+ROWS_PER_TRAJECTORY, ROWS_PER_INSTANCE_STEP, ROWS_PER_FAILURE = 8, 4, 4
+BYTES_PER_ROW, BYTES_PER_INSTANCE, BYTES_PER_SLOT = 400, 16384, 40
+S_PER_ROW, S_PER_INSTANCE_STEP = 2e-5, 2e-4
+BYTES_PER_BOUND_GROUP = 64  # eta_bound_samples_per_s: a few float64/int64 arrays over (steps + eta) x B groups
+
+
+def run_estimate(cfg: SimConfig, trace: Trace) -> tuple[float, float, float]:
+    """(log rows per policy, bytes, wall seconds) of the command's runs, before they start
+    (--reference adds one event per decode step of an instance)."""
+    c, p = cfg.cluster, cfg.policy
+    G = p.group_size or trace.group_size
+    n_inst = float(c.instances) + c.trainer_devices  # elastic trainer devices may serve as instances
+    steps = float(cfg.steps) + min(p.eta, cfg.steps) + 1  # groups in flight beyond the last step
+    trajectories = steps * p.batch_size * G
+    rows = trajectories * ROWS_PER_TRAJECTORY + steps * n_inst * ROWS_PER_INSTANCE_STEP
+    f = cfg.faults
+    redraw_s = cfg.imbalance.redraw_s if imbalance_cv(cfg, trace) > 0 else 0.0  # redraws only with an imbalance
+    if f.mtbf_s > 0 or redraw_s > 0:  # events over the simulated time, stretched by the instances' downtime
+        rate = bound_samples_per_s(trace, cfg.cost, c.instances, c.devices_per_instance, c.max_seqs, c.kv_tokens,
+                                   c.trainer_devices, p.batch_size * G, np.ones(int(n_inst) + 1))["bound_samples_per_s"]
+        sim_s = trajectories / max(rate, 1e-12) * ((f.mtbf_s + f.repair_s) / f.mtbf_s if f.mtbf_s > 0 else 1.0)
+        rows += ROWS_PER_FAILURE * c.instances * sim_s / f.mtbf_s if f.mtbf_s > 0 else 0.0
+        rows += n_inst * sim_s / redraw_s if redraw_s > 0 else 0.0  # a slowdown redraw per instance
+    held = n_inst * (BYTES_PER_INSTANCE + BYTES_PER_SLOT * (c.max_seqs + 1.0))
+    seconds = rows * S_PER_ROW + n_inst * (cfg.steps + 1) * S_PER_INSTANCE_STEP
+    if cfg.reference:  # decode steps: every token, shared by the sequences decoding together on an instance
+        per_step = max(1.0, min(float(c.max_seqs), p.batch_size * G / max(c.instances, 1)))
+        seconds += trajectories * float(trace.response_len.mean()) / per_step * S_PER_ROW
+    n = len(cfg.policies)
+    eta_bound = (float(cfg.steps) + p.eta) * p.batch_size * BYTES_PER_BOUND_GROUP  # its arrays grow with eta
+    return rows, rows * BYTES_PER_ROW * n + held + eta_bound, seconds * n
 
 
 def replay_warning(trace: Trace, cfg: SimConfig) -> str | None:

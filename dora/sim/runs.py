@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from dora.errors import InputError
 from dora.eventlog import events_path, write_events
+from dora.io import check_output
 from dora.report import ROWS, add_ratios, table, write_json
 from dora.sim import sensitivity
 from dora.sim.config import SimConfig
@@ -19,27 +19,41 @@ from dora.trace import Trace
 from dora.verdict import ranked, verdict
 
 
+def check_request(args: argparse.Namespace) -> None:
+    """Before any work starts: the sensitivity share is a share, and every output path asked for
+    can be written."""
+    if not 0 <= args.sensitivity < 1:
+        raise InputError(f"--sensitivity {args.sensitivity}: must be in [0, 1) (a share, e.g. 0.2 for +/-20%; "
+                         "0 skips the pass)")
+    if args.json:
+        check_output(args.json, ("json",), "--json", "runs.json")
+    if args.events:
+        check_output(args.events, ("parquet",), "--events", "events.parquet")
+    if args.plot:
+        from dora.plots import check_output as check_plot_output  # matplotlib: only when asked
+
+        check_plot_output(args.plot)
+    if args.perfetto:
+        from dora.perfetto import check_output as check_perfetto_output
+
+        check_perfetto_output(args.perfetto)
+
+
 def run_table(args: argparse.Namespace, cfg: SimConfig, trace: Trace, best: dict | None, rows: list[dict] | None,
               jobs: int, sizing: str | None = None) -> None:
     """Simulate every policy (at its own split with --gpus), print the table and the verdict, write
     the outputs asked for."""
-    for out in (args.json, args.events):
-        if out and Path(out).is_dir():
-            raise InputError(f"output {out}: is a directory; give a file path")
     if args.plot:
-        from dora.plots import check_output as check_plot_output, plot_runs  # matplotlib: only when asked
-
-        check_plot_output(args.plot)
+        from dora.plots import plot_runs  # matplotlib: only when asked
     if args.perfetto:
-        from dora.perfetto import check_output as check_perfetto_output, write_perfetto_runs
-
-        check_perfetto_output(args.perfetto)
-    if not 0 <= args.sensitivity < 1:
-        raise InputError(f"--sensitivity {args.sensitivity}: must be in [0, 1) (a share, e.g. 0.2 for +/-20%; "
-                         "0 skips the pass)")
+        from dora.perfetto import write_perfetto_runs
     warning = replay_warning(trace, cfg)
     if warning:
         print(warning, file=sys.stderr)
+    if cfg.cost.moe_imbalance_cv < 0 and "moe_imbalance_cv" not in trace.metadata.get("params", {}) \
+            and not args.quiet:
+        print(f"dora.sim: note: {trace.path} records no moe_imbalance_cv: instances run at equal speed "
+              "(set cost.moe_imbalance_cv to choose)", file=sys.stderr)
     cfgs = {name: cfg if best is None else config_for(cfg, best[name]) for name in cfg.policies}
     runs, frames = [], {}
     t0 = time.perf_counter()

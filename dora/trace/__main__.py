@@ -14,10 +14,10 @@ import dataclasses
 import json
 import shlex
 import sys
-from pathlib import Path
 
 from dora.config import build
-from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.errors import ArgumentParser, cli_errors
+from dora.io import check_output
 from dora.trace.generate import PRESETS, TraceParams, generate_to
 from dora.trace.importer import DEFAULT_PROMPT_LEN, TARGETS, ImportOptions, group_line, import_trace, parse_map
 from dora.trace.schema import load_trace
@@ -66,11 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 if v is not None:
                     base[f.name] = v
             params = build(TraceParams, base)
-            out = Path(args.out)
-            if out.is_dir():
-                raise InputError(f"--out {out}: is a directory; give a file path such as {out / 'trace.parquet'}")
-            if out.suffix.lower() != ".parquet":
-                raise InputError(f"--out {out}: a trace is a parquet file; name it .parquet")
+            check_output(args.out, ("parquet",), "--out", "trace.parquet")
             generate_to(args.out, params)
             print(format_stats(args.out, trace_stats(load_trace(args.out))))
         elif args.cmd == "import":

@@ -41,9 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dora.errors import InputError
+from dora.limits import check_memory
 from dora.trace.schema import write_trace
 
 GENERATOR = "dora.trace.generate/1"
+BYTES_PER_ROW = 200  # the generator's float64 temporaries and columns per trajectory, generously
 
 
 @dataclass
@@ -98,12 +100,18 @@ class TraceParams:
             raise InputError(f"mix_share: must be in [0, 1], got {self.mix_share}")
         if self.mix_share > 0 and not self.mix_median > 0:
             raise InputError(f"mix_median: must be > 0 with mix_share > 0, got {self.mix_median}")
-        if not self.turns_mean >= 1:
-            raise InputError(f"turns_mean: must be >= 1 (1 = one turn, no tool calls), got {self.turns_mean}")
+        if not 1 <= self.turns_mean <= self.max_len:
+            raise InputError(f"turns_mean: must be in [1, max_len] (1 = one turn, no tool calls), "
+                             f"got {self.turns_mean}")
+        if not 0 <= self.seed < 2 ** 63:
+            raise InputError(f"seed: must be in [0, 2^63), got {self.seed}")
         for name in ("mix_median", "tool_wait_s_median", "tool_wait_sigma", "tool_tokens_median",
                      "tool_tokens_sigma"):
             if getattr(self, name) < 0:
                 raise InputError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        rows = float(self.steps) * self.prompts_per_step * self.group_size
+        check_memory(f"trace of {rows:,.0f} trajectories", rows * BYTES_PER_ROW,
+                     "lower steps, prompts_per_step or group_size")
 
     def record(self) -> dict:
         """The parameters as the trace metadata stores them: the optional families' fields only

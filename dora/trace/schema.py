@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dora.errors import InputError
+from dora.io import atomic_path
 
 REQUIRED_COLUMNS = {
     "prompt_id": pa.int64(),
@@ -168,7 +169,10 @@ def load_trace(path: str | Path) -> Trace:
         try:
             meta = json.loads(raw)
         except ValueError:
-            meta = {}
+            meta = None
+        if not isinstance(meta, dict) or not isinstance(meta.get("params", {}), dict):
+            raise InputError(f"bad trace {p}: its metadata 'dora.trace' is not a JSON mapping (with 'params' a "
+                             "mapping); write it again with dora.trace.write_trace, or without that metadata")
     return Trace(
         path=p,
         prompt_id=cols["prompt_id"][order],
@@ -247,11 +251,5 @@ def write_trace(path: str | Path, columns: dict[str, np.ndarray], metadata: dict
         fields.append(pa.field("finish_reason", pa.dictionary(pa.int32(), pa.string()), nullable=False))
     schema = pa.schema(fields, metadata={META_KEY: json.dumps(metadata, sort_keys=True).encode()})
     table = pa.Table.from_arrays(arrays, schema=schema)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd", compression_level=9)
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)

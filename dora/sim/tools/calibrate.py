@@ -35,12 +35,12 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 import numpy as np
 import yaml
 
-from dora.errors import InputError, cli_errors
+from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.io import check_output, write_text
 from dora.profile import read_profile
 from dora.sim.cost import CostModel
 
@@ -129,7 +129,7 @@ def calibrate(profiles: list[dict], sources: list[str] | None = None,
     and the trainer shared that many cores; the fits then see uncontended costs)."""
     if not profiles:
         raise InputError("calibrate: no profile given")
-    if host_cores < 0:
+    if not 0 <= host_cores < float("inf"):
         raise InputError(f"calibrate --host-cores: must be >= 0, got {host_cores}")
     backends = sorted({str(p.get("backend")) for p in profiles})
     if len(backends) > 1:
@@ -161,7 +161,7 @@ def calibrate(profiles: list[dict], sources: list[str] | None = None,
         fits.append(nnls_fit("prefill", ptok[good].reshape(-1, 1), pdt[good], ["prefill_per_token_s"]))
     fits.append(mean_fit("weight load", "weight_load_s", _col(profiles, "weight_loads", "dt_s")))
     fits.append(mean_fit("publish", "publish_s", _col(profiles, "publishes", "dt_s")))
-    tdev = np.asarray([float(p.get("trainer_devices") or 1) for p in profiles for _ in p["train_steps"]["dt_s"]])
+    tdev = np.asarray([float(p["trainer_devices"]) for p in profiles for _ in p["train_steps"]["dt_s"]])
     ttok = _col(profiles, "train_steps", "tokens")
     tdt = _col(profiles, "train_steps", "dt_s")
     if slow is not None:
@@ -207,7 +207,7 @@ def cost_yaml(cost: CostModel, fits: list[Fit]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m dora.sim calibrate", description=__doc__,
+    ap = ArgumentParser(prog="python -m dora.sim calibrate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("profiles", nargs="+", metavar="PROFILE", help="profile.json written by python -m dora.exec")
     ap.add_argument("--out", required=True, metavar="COST.yaml", help="cost file to write (for --cost)")
@@ -220,9 +220,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     with cli_errors("dora.sim calibrate"):
-        out = Path(args.out)
-        if out.is_dir():
-            raise InputError(f"--out {out}: is a directory; give a file path such as cost.yaml")
+        out = check_output(args.out, ("yaml", "yml"), "--out", "cost.yaml")
         profiles = [read_profile(p) for p in args.profiles]
         cost, fits = calibrate(profiles, [str(p) for p in args.profiles], host_cores=args.host_cores)
         text = cost_yaml(cost, fits)
@@ -230,10 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         if not any(f.name == "request" for f in fits):
             print("calibrate: the profile(s) have no request stamps (recorded before they were added): "
                   "request_latency_s stays 0", file=sys.stderr)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(out)
+        write_text(out, text)
         print(f"wrote {out}", file=sys.stderr)
     return 0
 

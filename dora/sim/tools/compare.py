@@ -20,8 +20,9 @@ import math
 import sys
 from pathlib import Path
 
-from dora.errors import InputError, cli_errors
+from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.eventlog import read_events
+from dora.io import check_output, write_text
 from dora.metrics import compute_metrics
 
 HEADLINE = ("step_time_mean_s", "e2e_samples_per_s", "bubble_ratio", "staleness_mean")
@@ -93,7 +94,7 @@ def table(res: dict) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m dora.sim compare", description=__doc__,
+    ap = ArgumentParser(prog="python -m dora.sim compare", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("real", metavar="REAL_EVENTS", help="event log of the real run (python -m dora.exec --events)")
     ap.add_argument("sim", metavar="SIM_EVENTS", help="event log of the simulated replay (python -m dora.sim --events)")
@@ -106,16 +107,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     with cli_errors("dora.sim compare"):
-        if args.json and Path(args.json).is_dir():
-            raise InputError(f"--json {args.json}: is a directory; give a file path")
+        if args.json:
+            check_output(args.json, ("json",), "--json", "compare.json")
         if args.max_rel_err is not None and not args.max_rel_err >= 0:
             raise InputError(f"--max-rel-err: must be >= 0, got {args.max_rel_err}")
         res = compare_files(args.real, args.sim)
         print(table(res))
         if args.json:
-            out = Path(args.json)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(res, indent=2, default=float))
+            write_text(args.json, json.dumps(res, indent=2, default=float))
     if args.max_rel_err is not None:
         bad = [k for k in HEADLINE if res["rel_err"][k] is None or abs(res["rel_err"][k]) > args.max_rel_err]
         if bad:

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from dora.sim import memory
     from dora.sim.cli import parser, resolve_config
     from dora.sim.run import check_fits
-    from dora.sim.runs import run_table
+    from dora.sim.runs import check_request, run_table
     from dora.trace import load_trace
 
     ap = parser("python -m dora.sim plan: each policy's best rollout/trainer split of N devices, and the winner")
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.gpus is None:
             raise InputError("plan: --gpus N is required (the devices to split between rollout and training)")
         cfg = resolve_config(args)
+        check_request(args)
         trace = load_trace(cfg.trace)
         cfg, sizing = memory.resolve(cfg, trace)
         check_fits(cfg, trace)

@@ -47,6 +47,8 @@ import yaml
 
 from dora.config import build
 from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.io import atomic_path, check_output, check_output_dir
+from dora.limits import check_time
 from dora.parallel import check_jobs, run_tasks
 from dora.sim.config import SimConfig
 from dora.sim.presets import HARDWARE, MODELS
@@ -311,26 +313,12 @@ def add_derived(tab: pd.DataFrame, axes: list[Axis]) -> pd.DataFrame:
 
 
 def write_table(tab: pd.DataFrame, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    """The table as CSV (a .csv path) or parquet, atomically."""
+    with atomic_path(path) as tmp:
         if path.suffix.lower() == ".csv":
             tab.to_csv(tmp, index=False)
         else:
             tab.to_parquet(tmp, index=False)
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
-
-
-def check_table_path(p: str, flag: str, types: tuple[str, ...]) -> Path:
-    path = Path(p)
-    if path.is_dir():
-        raise InputError(f"{flag} {p}: is a directory; give a file path such as {path / ('sweep' + types[0])}")
-    if path.suffix.lower() not in types:
-        raise InputError(f"{flag} {p}: unknown table type '{path.suffix}'; use " + " or ".join(types))
     return path
 
 
@@ -381,13 +369,13 @@ def main(argv: list[str] | None = None) -> int:
                         raise InputError(f"--grid {k}: {bad[0][a.keys.index(k)]!r} unknown; choose from "
                                          f"{', '.join(table)}")
         base = _resolve(args, [], args.hardware, args.model, args.devices_per_instance)
-        out = check_table_path(args.out, "--out", TABLE_TYPES)
-        csv = check_table_path(args.csv, "--csv", (".csv",)) if args.csv else None
+        out = check_output(args.out, TABLE_TYPES, "--out", "sweep")
+        csv = check_output(args.csv, (".csv",), "--csv", "sweep") if args.csv else None
         if args.plot:
-            from dora.plots import check_output
-
-            check_output(args.plot)
+            check_output(args.plot, ("png", "svg", "pdf"), "--plot")
         cache = Path(args.trace_cache or Path.home() / ".cache" / "dora" / "traces")
+        if args.trace_param:
+            check_output_dir(cache, "--trace-cache")
         points, traces = make_points(args, axes, base, cache)
         tkeys = [k for a in axes if a.kind == "trace" for k in a.keys]
         for path, params in traces.items():  # validated above; generated once, reused after
@@ -396,13 +384,18 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.quiet:
                     what = ", ".join(f"{k}={getattr(params, k)}" for k in tkeys)
                     print(f"generated {path} ({what})", file=sys.stderr, flush=True)
-        from dora.sim.run import cached_trace, check_fits
+        from dora.sim.memory import resolve
+        from dora.sim.run import cached_trace, check_fits, run_estimate
 
         for p in points:
             try:
+                p.cfg, _ = resolve(p.cfg, cached_trace(p.cfg.trace))  # cluster.max_seqs / kv_tokens 0: from memory
                 check_fits(p.cfg, cached_trace(p.cfg.trace))
             except InputError as e:
                 raise InputError(f"sweep point {p.label()}: {e}") from None
+        seconds = sum(run_estimate(p.cfg, cached_trace(p.cfg.trace))[2] for p in points) / min(jobs, len(points))
+        check_time(f"sweep of {len(points)} points x {len(base.policies)} policies", seconds,
+                   "sweep fewer values or policies, or lower --steps")
         tasks = [(i, p, name) for i, p in enumerate(points) for name in base.policies]
         t0 = time.perf_counter()
         jobs = min(jobs, len(tasks))

@@ -28,13 +28,14 @@ import argparse
 import random
 import sys
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import yaml
 
 from dora.errors import InputError, cli_errors
+from dora.io import atomic_path, check_output, write_text
+from dora.limits import check_memory, check_time
 from dora.sim.config import SimConfig
-from dora.sim.run import check_fits, simulate
+from dora.sim.run import check_fits, run_estimate, simulate
 from dora.trace import load_trace
 
 GRID = {
@@ -46,6 +47,14 @@ GRID = {
 CONSTRAINTS = ("c1_violations", "c2_lost", "c2_duplicated", "c3_violations")
 
 
+def search_space(eta_max: int, vpi_max: int) -> int:
+    """How many distinct candidates the grid holds."""
+    space = (eta_max + 1) * vpi_max
+    for v in GRID.values():
+        space *= len(v)
+    return space
+
+
 def candidates(base: SimConfig, budget: int, eta_max: int, vpi_max: int, seed: int) -> list[dict]:
     """The base knobs first, then up to `budget` distinct random grid points."""
     d = base.policy.dora
@@ -53,10 +62,7 @@ def candidates(base: SimConfig, budget: int, eta_max: int, vpi_max: int, seed: i
              "versions_per_instance": d.versions_per_instance}
     out, seen = [first], {tuple(sorted(first.items()))}
     rng = random.Random(seed)
-    space = 1
-    for v in GRID.values():
-        space *= len(v)
-    space *= (eta_max + 1) * vpi_max
+    space = search_space(eta_max, vpi_max)
     tries = 0
     while len(out) < budget + 1 and len(seen) < space and tries < 100 * (budget + 1):
         tries += 1
@@ -159,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     with cli_errors("dora.sim tune"):
         if args.policy and args.policy != ["dora"]:
             raise InputError("tune: searches the dora policy's knobs; drop --policy or pass --policy dora")
-        for out in (args.out, args.csv):
-            if out and Path(out).is_dir():
-                raise InputError(f"output {out}: is a directory; give a file path")
+        if args.out:
+            check_output(args.out, ("yaml", "yml"), "--out", "tuned.yaml")
+        if args.csv:
+            check_output(args.csv, ("csv",), "--csv", "tune.csv")
         if not args.min_gain >= 0:
             raise InputError(f"--min-gain: must be >= 0, got {args.min_gain}")
         if args.budget < 0:
@@ -174,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--eta-max: must be >= 0, got {eta_max}")
         trace = load_trace(base.trace)
         check_fits(base, trace)
+        n = 1 + min(args.budget, search_space(eta_max, args.max_versions_per_instance))
+        worst = replace(base, policies=["dora"], policy=replace(base.policy, eta=max(eta_max, base.policy.eta)))
+        _, need, seconds = run_estimate(worst, trace)
+        check_memory(f"tune candidate with eta {worst.policy.eta:,}", need, "lower --eta-max or --steps")
+        check_time(f"tune of {n:,} candidates", n * seconds, "lower --budget or --steps")
         rows = tune(base, trace, args.budget, eta_max, args.max_versions_per_instance, args.search_seed,
                     progress=not args.quiet)
         print(table(rows))
@@ -182,13 +194,13 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError("tune: no candidate held C1-C3 over the run; raise --steps or --eta-max, or check "
                              "the cluster shape")
         if args.out:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(policy_yaml(base, best, rows))
+            write_text(args.out, policy_yaml(base, best, rows))
             print(f"wrote {args.out}", file=sys.stderr)
         if args.csv:
             import pandas as pd
 
-            pd.DataFrame(rows).to_csv(args.csv, index=False)
+            with atomic_path(args.csv) as tmp:
+                pd.DataFrame(rows).to_csv(tmp, index=False)
     return 0
 
 
