@@ -58,6 +58,8 @@ def _on_ray(fn: Callable[..., Any], tasks: Sequence[tuple], address: str, bar: A
         raise InputError(f"--ray-address {address}: Ray is not installed; install the executor extra "
                          "(pip install -e '.[exec-cpu]') or drop --ray-address to run on local processes") from None
     started = not ray.is_initialized()
+    if started and address not in ("auto", "local"):
+        _probe(address)  # ray.init retries an address with nothing behind it for minutes
     if started:
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
@@ -77,3 +79,19 @@ def _on_ray(fn: Callable[..., Any], tasks: Sequence[tuple], address: str, bar: A
     finally:
         if started:
             ray.shutdown()
+
+
+def _probe(address: str, timeout_s: float = 3.0) -> None:
+    """A TCP connection to the cluster's head (`host:port` or `ray://host:port`) opens within
+    `timeout_s`; else one line."""
+    import socket
+
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"--ray-address {address}: not an address; give host:port, ray://host:port, 'auto' or 'local'")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise InputError(f"--ray-address {address}: cannot connect to a Ray cluster there ({type(e).__name__}); start "
+                         "one with `ray start --head` or pass 'local'") from None

@@ -34,7 +34,8 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     ap.add_argument("--trainer-devices", type=int, help="trainer devices")
     ap.add_argument("--gpus", type=int, metavar="N",
                     help="devices in all: each policy gets its best split between rollout and training (searched; "
-                         "colocated sync uses all N for both); replaces --instances and --trainer-devices")
+                         "colocated sync uses all N for both); replaces --instances and --trainer-devices; decode "
+                         "slots from memory unless --max-seqs is given")
     ap.add_argument("--splits", type=int, default=8, metavar="K",
                     help="with --gpus: first try trainer shares 1/K .. (K-1)/K of the devices (default 8)")
     ap.add_argument("--steps", type=int, help="trainer steps to simulate")
@@ -103,8 +104,13 @@ def resolve_config(args: argparse.Namespace) -> SimConfig:
         ("policy", "eta"): args.eta, ("policy", "batch_size"): args.batch_size,
         ("faults", "mtbf_s"): args.mtbf_s, ("faults", "repair_s"): args.repair_s,
     }
-    if args.max_seqs == 0:  # auto: the KV capacity is derived too
-        data.setdefault("cluster", {})["kv_tokens"] = 0
+    cluster = data.get("cluster")
+    slots_given = args.max_seqs is not None or (isinstance(cluster, dict) and "max_seqs" in cluster) \
+        or any(s.startswith("cluster.max_seqs=") for s in args.set)
+    if getattr(args, "gpus", None) is not None and not slots_given:
+        flags[("cluster", "max_seqs")] = 0  # planning for N devices: slots from memory unless given
+    if flags[("cluster", "max_seqs")] == 0 and isinstance(data.setdefault("cluster", {}), dict):
+        data["cluster"]["kv_tokens"] = 0  # auto: the KV capacity is derived too
     if args.policy:
         data["policies"] = args.policy
     if args.reference:

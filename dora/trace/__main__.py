@@ -14,6 +14,7 @@ import dataclasses
 import json
 import shlex
 import sys
+from pathlib import Path
 
 from dora.config import build
 from dora.errors import ArgumentParser, cli_errors
@@ -79,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
             print(format_stats(args.out, trace_stats(load_trace(args.out))))
         else:
             if args.png:
-                from dora.plots.style import check_output, save
+                from dora.plots.style import check_output as check_png, save
 
-                check_output(args.png)
+                check_png(args.png)
             all_stats, traces = {}, []
             for path in args.files:
                 tr = load_trace(path)

@@ -184,3 +184,13 @@ def test_max_seqs_auto_prints_the_derivation(small_trace, capsys):
 def test_max_seqs_must_be_a_count_or_auto(small_trace):
     r = run_cli("--trace", str(small_trace), "--max-seqs", "lots")
     assert r.returncode == 2 and "'lots' is neither a whole number of slots nor auto" in r.stderr
+
+
+def test_gpus_sizes_slots_from_memory_unless_given(small_trace, capsys):
+    args = ["--trace", str(small_trace), "--hardware", "H100", "--model", "qwen2.5-7b", "--gpus", "8", "--splits", "2",
+            "--batch-size", "8", "--steps", "2", "--quiet", "--sensitivity", "0", "--jobs", "1", "--policy", "dora"]
+    assert main(args) == 0
+    assert "memory (H100 x 1, qwen2.5-7b):" in capsys.readouterr().out
+    assert main([*args, "--max-seqs", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "memory (" not in out and "16 slots each" in out
