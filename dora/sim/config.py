@@ -33,6 +33,11 @@ class ClusterConfig:
             raise InputError(f"devices_per_instance: must be >= 1, got {self.devices_per_instance}")
         if self.max_seqs < 0:
             raise InputError(f"max_seqs: must be >= 1 decode slot (0: derived from memory), got {self.max_seqs}")
+        from dora.sim.presets import HARDWARE, MODELS
+
+        if self.hardware not in HARDWARE or self.model not in MODELS:
+            raise InputError(f"hardware/model: {self.hardware!r} x {self.model!r} unknown; choose from "
+                             f"{', '.join(HARDWARE)} and {', '.join(MODELS)}")
         if self.kv_tokens < 2 and self.kv_tokens != 0:
             raise InputError(f"kv_tokens: must be >= 2 (0: derived from memory), got {self.kv_tokens}")
         if self.trainer_devices < 1:
