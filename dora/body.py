@@ -52,6 +52,8 @@ class Tracked:
         self.instance = instance
         self.version = version
         self.t_dispatch = t_start
+        # the segment's fields as `restart` sets them, assigned here so that mypyc knows every
+        # attribute is always set (no per-access check on the simulator's hot path)
         self.t_start = t_start
         self.before = 0
         self.made = 0

@@ -21,13 +21,8 @@ from __future__ import annotations
 import sys
 
 from dora.errors import cli_errors
-from dora.parallel import check_jobs
-from dora.sim import memory
-from dora.sim.cli import parser, resolve_config
-from dora.sim.run import check_fits
-from dora.sim.runs import check_request, run_table
-from dora.sim.split import search
-from dora.trace import load_trace
+from dora.sim.cli import parser
+from dora.sim.runs import run_command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,16 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         return importlib.import_module(f"dora.sim.tools.{argv[0]}").main(argv[1:])
     args = parser(__doc__).parse_args(argv)
     with cli_errors("dora.sim"):
-        cfg = resolve_config(args)
-        check_request(args)  # before any work
-        trace = load_trace(cfg.trace)
-        cfg, sizing = memory.resolve(cfg, trace)
-        check_fits(cfg, trace)  # refuse before any output
-        jobs = check_jobs(args.jobs)
-        best, rows = None, None
-        if args.gpus is not None:
-            best, rows = search(cfg, trace, args.gpus, args.splits, jobs, args.ray_address, args.quiet)
-        run_table(args, cfg, trace, best, rows, jobs, sizing)
+        run_command(args)
     return 0
 
 

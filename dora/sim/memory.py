@@ -28,9 +28,14 @@ these derived values (`--max-seqs auto`); the run's header line prints the deriv
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dora.errors import InputError
 from dora.sim.presets import Hardware, Model, lookup
+
+if TYPE_CHECKING:
+    from dora.sim.config import SimConfig
+    from dora.trace import Trace
 
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
 CUDA_GRAPH_GB = 1.0  # per device: vLLM's captured CUDA graphs and the non-torch allocations (assumption)
@@ -85,15 +90,17 @@ def kv_tokens(hw: Hardware, model: Model, k: int) -> tuple[int, dict]:
     return int(kv_gb * 1e9 / per_token), {"usable": usable, "weights": weights, "activations": acts, "kv": kv_gb}
 
 
-def size(hardware: str, model: str, k: int, mean_context: float) -> Sizing:
+def size(hardware: str, model: str, k: int, mean_context: float, kv: int = 0) -> Sizing:
+    """The sizing of an instance of k devices; `kv`: a KV capacity given instead of derived."""
     hw, m = lookup(hardware, model)
     tokens, budget = kv_tokens(hw, m, k)
+    tokens = kv or tokens
     cap = vllm_defaults(hw)[0]
     slots = max(1, min(cap, int(tokens // max(mean_context, 1.0))))
     return Sizing(tokens, slots, cap, mean_context, budget)
 
 
-def resolve(cfg, trace):
+def resolve(cfg: SimConfig, trace: Trace) -> tuple[SimConfig, str | None]:
     """`cfg` with cluster.max_seqs / cluster.kv_tokens of 0 replaced by the derived values, and the
     derivation's line (None when nothing was derived)."""
     from dataclasses import replace
@@ -102,9 +109,7 @@ def resolve(cfg, trace):
     if c.max_seqs and c.kv_tokens:
         return cfg, None
     ctx = float(trace.prompt_len.mean() + trace.response_len.mean())
-    s = size(c.hardware, c.model, c.devices_per_instance, ctx)
-    kv = c.kv_tokens or s.kv_tokens
-    slots = c.max_seqs or max(1, min(s.cap, int(kv // max(ctx, 1.0))))
-    s = Sizing(kv, slots, s.cap, ctx, s.per_device_gb)
-    return replace(cfg, cluster=replace(c, max_seqs=slots, kv_tokens=kv)), s.line(c.hardware, c.model,
-                                                                                    c.devices_per_instance)
+    s = size(c.hardware, c.model, c.devices_per_instance, ctx, c.kv_tokens)
+    s = replace(s, max_seqs=c.max_seqs or s.max_seqs)  # slots given: the line says so
+    cluster = replace(c, max_seqs=s.max_seqs, kv_tokens=s.kv_tokens)
+    return replace(cfg, cluster=cluster), s.line(c.hardware, c.model, c.devices_per_instance)

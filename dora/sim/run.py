@@ -23,7 +23,8 @@ from dora.sim.cluster import Cluster, ClusterSpec
 from dora.sim.config import SimConfig
 from dora.sim.faults import straggler_factors
 from dora.sim.imbalance import ImbalanceProcess
-from dora.trace import Trace
+from dora.sim.memory import resolve as resolve_memory
+from dora.trace import Trace, load_trace
 
 
 def imbalance_cv(cfg: SimConfig, trace: Trace) -> float:
@@ -139,9 +140,7 @@ def make_policy(name: str, cfg: SimConfig, group_size: int) -> Policy:
 
 
 def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> RunResult:
-    from dora.sim.memory import resolve
-
-    cfg, _ = resolve(cfg, trace)  # cluster.max_seqs / kv_tokens of 0: derived from memory
+    cfg, _ = resolve_memory(cfg, trace)  # cluster.max_seqs / kv_tokens of 0: derived from memory
     check_fits(cfg, trace)
     G = trace.group_size
     policy = make_policy(name, cfg, G)
@@ -227,8 +226,6 @@ _TRACES: dict[str, Trace] = {}  # per process: path -> Trace (parallel workers l
 
 
 def cached_trace(path: str) -> Trace:
-    from dora.trace import load_trace
-
     if path not in _TRACES:
         _TRACES[path] = load_trace(path)
     return _TRACES[path]

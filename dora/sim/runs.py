@@ -1,5 +1,6 @@
-"""Run every policy of a config (each at its own split with `--gpus`), print the table and the
-verdict line, and write the outputs asked for: the body of `python -m dora.sim` and `plan`."""
+"""The body of `python -m dora.sim` and `plan`: resolve and check the request, search each
+policy's split (`--gpus`), run every policy, print the table and the verdict line, and write
+the outputs asked for."""
 
 from __future__ import annotations
 
@@ -11,12 +12,30 @@ from dora.errors import InputError
 from dora.eventlog import events_path, write_events
 from dora.io import check_output
 from dora.report import ROWS, add_ratios, table, write_json
-from dora.sim import sensitivity
+from dora.parallel import check_jobs
+from dora.sim import memory, sensitivity
+from dora.sim.cli import resolve_config
 from dora.sim.config import SimConfig
-from dora.sim.run import replay_warning, simulate
-from dora.sim.split import config_for
-from dora.trace import Trace
+from dora.sim.run import check_fits, replay_warning, simulate
+from dora.sim.split import config_for, search, search_table
+from dora.trace import Trace, load_trace
 from dora.verdict import ranked, verdict
+
+
+def run_command(args: argparse.Namespace, show_search: bool = False) -> None:
+    """Everything a `python -m dora.sim` (or `plan`, `show_search`) command does after parsing."""
+    cfg = resolve_config(args)
+    check_request(args)  # before any work
+    trace = load_trace(cfg.trace)
+    cfg, sizing = memory.resolve(cfg, trace)
+    check_fits(cfg, trace)  # refuse before any output
+    jobs = check_jobs(args.jobs)
+    best, rows = None, None
+    if args.gpus is not None:
+        best, rows = search(cfg, trace, args.gpus, args.splits, jobs, args.ray_address, args.quiet)
+        if show_search:
+            print(search_table(rows, args.gpus, cfg.cluster.devices_per_instance))
+    run_table(args, cfg, trace, best, rows, jobs, sizing)
 
 
 def check_request(args: argparse.Namespace) -> None:

@@ -123,3 +123,18 @@ def _best(rows: list[dict], policy: str) -> Split:
     mine = [r for r in rows if r["policy"] == policy]
     r = max(mine, key=lambda r: (r["e2e_samples_per_s"], -r["trainer_devices"]))
     return Split(r["instances"], r["trainer_devices"], r["colocated"])
+
+
+def search_table(rows: list[dict], gpus: int, dpi: int) -> str:
+    """samples/s of every policy (rows) at every trainer share tried (columns)."""
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    shares = sorted({r["trainer_devices"] for r in rows if not r["colocated"]})
+    head = "trainer devices".ljust(18) + "".join(f"{t:>9}" for t in shares) + "   colocated"
+    lines = [f"search over {gpus} devices ({dpi} per rollout instance): e2e samples/s by trainer devices", head,
+             "-" * len(head)]
+    for p in policies:
+        by = {r["trainer_devices"]: r for r in rows if r["policy"] == p and not r["colocated"]}
+        co = [r for r in rows if r["policy"] == p and r["colocated"]]
+        cells = "".join(f"{by[t]['e2e_samples_per_s']:>9.3f}" if t in by else f"{'':>9}" for t in shares)
+        lines.append(p.ljust(18) + cells + (f"{co[0]['e2e_samples_per_s']:>12.3f}" if co else ""))
+    return "\n".join(lines)

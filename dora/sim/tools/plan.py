@@ -10,31 +10,11 @@ from __future__ import annotations
 import sys
 
 from dora.errors import InputError, cli_errors
-from dora.parallel import check_jobs
-from dora.sim.split import search
-
-
-def search_table(rows: list[dict], gpus: int, dpi: int) -> str:
-    """samples/s of every policy (rows) at every trainer share tried (columns)."""
-    policies = list(dict.fromkeys(r["policy"] for r in rows))
-    shares = sorted({r["trainer_devices"] for r in rows if not r["colocated"]})
-    head = "trainer devices".ljust(18) + "".join(f"{t:>9}" for t in shares) + "   colocated"
-    lines = [f"search over {gpus} devices ({dpi} per rollout instance): e2e samples/s by trainer devices", head,
-             "-" * len(head)]
-    for p in policies:
-        by = {r["trainer_devices"]: r for r in rows if r["policy"] == p and not r["colocated"]}
-        co = [r for r in rows if r["policy"] == p and r["colocated"]]
-        cells = "".join(f"{by[t]['e2e_samples_per_s']:>9.3f}" if t in by else f"{'':>9}" for t in shares)
-        lines.append(p.ljust(18) + cells + (f"{co[0]['e2e_samples_per_s']:>12.3f}" if co else ""))
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dora.sim import memory
-    from dora.sim.cli import parser, resolve_config
-    from dora.sim.run import check_fits
-    from dora.sim.runs import check_request, run_table
-    from dora.trace import load_trace
+    from dora.sim.cli import parser
+    from dora.sim.runs import run_command
 
     ap = parser("python -m dora.sim plan: each policy's best rollout/trainer split of N devices, and the winner")
     ap.prog = "python -m dora.sim plan"
@@ -42,15 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     with cli_errors("dora.sim plan"):
         if args.gpus is None:
             raise InputError("plan: --gpus N is required (the devices to split between rollout and training)")
-        cfg = resolve_config(args)
-        check_request(args)
-        trace = load_trace(cfg.trace)
-        cfg, sizing = memory.resolve(cfg, trace)
-        check_fits(cfg, trace)
-        jobs = check_jobs(args.jobs)
-        best, rows = search(cfg, trace, args.gpus, args.splits, jobs, args.ray_address, args.quiet)
-        print(search_table(rows, args.gpus, cfg.cluster.devices_per_instance))
-        run_table(args, cfg, trace, best, rows, jobs, sizing)
+        run_command(args, show_search=True)
     return 0
 
 
