@@ -142,7 +142,7 @@ AXES = ("hw", "instances", "max_seqs", "eta", "load")
 BASE: dict[str, Any] = {"hw": "H800:qwen3-30b-a3b", "instances": 64, "max_seqs": 64, "eta": 4, "load": "heavy"}
 ONE_AT_A_TIME: dict[str, tuple] = {
     "instances": (8, 16, 32, 128, 256, 512),
-    "max_seqs": (32, 128, 256, 512),
+    "max_seqs": (32, 128, 256, 512, "auto"),  # auto: from memory (dora.sim.memory), the simulator's default
     "eta": (1, 2, 8),
     "load": ("light",),
     "hw": ("H100:qwen2.5-7b", "H20:qwen2.5-32b", "H20:qwen3-30b-a3b"),
@@ -154,6 +154,7 @@ PAIRS: tuple[dict[str, Any], ...] = (
     {"eta": 8, "max_seqs": 32},
     {"hw": "H100:qwen2.5-7b", "instances": 256},
     {"hw": "H20:qwen2.5-32b", "load": "light"},
+    {"hw": "H100:qwen2.5-7b", "max_seqs": "auto"},
 )
 XL: tuple[tuple[str, dict[str, Any]], ...] = (  # 1024 instances: slow, a few only
     ("moe_longtail", {"instances": 1024}),
@@ -213,7 +214,7 @@ class GridConfig:
     kind: str  # base, one, pair, xl, random
     hw: str = BASE["hw"]
     instances: int = BASE["instances"]
-    max_seqs: int = BASE["max_seqs"]
+    max_seqs: int | str = BASE["max_seqs"]  # or "auto"
     eta: int = BASE["eta"]
     load: str = BASE["load"]
 

@@ -44,7 +44,7 @@ def test_grid_is_large_unique_deterministic_and_covers_every_axis(rg):
     assert {c.family for c in g} == {"moe_longtail", "dense_math", "code_agentic", "heavy_tail", "light_tail",
                                      "bimodal", "agentic_tools", "drift_up", "short_uniform"}
     assert {c.instances for c in g} == {8, 16, 32, 64, 128, 256, 512, 1024}
-    assert {c.max_seqs for c in g} == {32, 64, 128, 256, 512}
+    assert {c.max_seqs for c in g} == {32, 64, 128, 256, 512, "auto"}
     assert {c.eta for c in g} == {1, 2, 4, 8}
     assert {c.load for c in g} == {"light", "heavy"}
     assert {c.kind for c in g} == {"base", "one", "pair", "xl", "random"}
@@ -77,7 +77,7 @@ def test_every_configuration_resolves_to_a_valid_sim_config(rg):
     for c in rg.grid():
         cfg = rg.sim_config(rg.sim_argv(c, "t.parquet", c.steps) + ["--policy", "dora"])
         assert (cfg.cluster.instances, cfg.cluster.max_seqs, cfg.policy.eta, cfg.policy.batch_size, cfg.steps) == (
-            c.instances, c.max_seqs, c.eta, c.batch_size, c.steps)
+            c.instances, 0 if c.max_seqs == "auto" else c.max_seqs, c.eta, c.batch_size, c.steps)
         assert cfg.cluster.trainer_devices == c.instances * cfg.cluster.devices_per_instance  # = rollout devices
         assert cfg.cost.moe_imbalance_cv == (0.15 if rg.MODELS[c.model].experts else 0.0)
 

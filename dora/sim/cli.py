@@ -29,13 +29,12 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     ap.add_argument("--instances", type=int, help="rollout instances")
     ap.add_argument("--devices-per-instance", type=int, help="devices per rollout instance (TP/EP degree)")
     ap.add_argument("--max-seqs", type=_slots, metavar="N|auto",
-                    help="decode slots per instance; auto: from device memory the way vLLM sizes its engine "
-                         "(also derives the KV capacity; docs/planning.md)")
+                    help="decode slots per instance (default auto: from device memory and the trace's mean "
+                         "context, the way vLLM sizes its engine; docs/planning.md)")
     ap.add_argument("--trainer-devices", type=int, help="trainer devices")
     ap.add_argument("--gpus", type=int, metavar="N",
                     help="devices in all: each policy gets its best split between rollout and training (searched; "
-                         "colocated sync uses all N for both); replaces --instances and --trainer-devices; decode "
-                         "slots from memory unless --max-seqs is given")
+                         "colocated sync uses all N for both); replaces --instances and --trainer-devices")
     ap.add_argument("--splits", type=int, default=8, metavar="K",
                     help="with --gpus: first try trainer shares 1/K .. (K-1)/K of the devices (default 8)")
     ap.add_argument("--steps", type=int, help="trainer steps to simulate")
@@ -91,7 +90,7 @@ def resolve_config(args: argparse.Namespace) -> SimConfig:
             raise InputError("--hardware and --model go together: name both (e.g. --hardware H800 --model qwen2.5-7b)")
         cost, hints = derive(args.hardware, args.model, args.devices_per_instance or 0)
         data["cost"] = to_dict(cost)
-        data["cluster"] = {"devices_per_instance": hints["devices_per_instance"], "kv_tokens": hints["kv_tokens"],
+        data["cluster"] = {"devices_per_instance": hints["devices_per_instance"],
                            "hardware": args.hardware, "model": args.model}
     if args.config:
         data = deep_merge(data, load_yaml(args.config))
@@ -104,13 +103,6 @@ def resolve_config(args: argparse.Namespace) -> SimConfig:
         ("policy", "eta"): args.eta, ("policy", "batch_size"): args.batch_size,
         ("faults", "mtbf_s"): args.mtbf_s, ("faults", "repair_s"): args.repair_s,
     }
-    cluster = data.get("cluster")
-    slots_given = args.max_seqs is not None or (isinstance(cluster, dict) and "max_seqs" in cluster) \
-        or any(s.startswith("cluster.max_seqs=") for s in args.set)
-    if getattr(args, "gpus", None) is not None and not slots_given:
-        flags[("cluster", "max_seqs")] = 0  # planning for N devices: slots from memory unless given
-    if flags[("cluster", "max_seqs")] == 0 and isinstance(data.setdefault("cluster", {}), dict):
-        data["cluster"]["kv_tokens"] = 0  # auto: the KV capacity is derived too
     if args.policy:
         data["policies"] = args.policy
     if args.reference:

@@ -20,8 +20,8 @@ class ClusterConfig:
 
     instances: int = 64
     devices_per_instance: int = 2
-    max_seqs: int = 64  # decode slots per instance (0: derived from memory, dora.sim.memory)
-    kv_tokens: int = 844_319  # KV-cache capacity per instance, tokens (presets: H800 x2, qwen3-30b-a3b; 0: derived)
+    max_seqs: int = 0  # decode slots per instance (0: derived from memory and the trace, dora.sim.memory)
+    kv_tokens: int = 0  # KV-cache capacity per instance, tokens (0: derived from memory, dora.sim.memory)
     trainer_devices: int = 64
     hardware: str = "H800"  # the device and model whose memory sizes derived slots and KV (--hardware/--model)
     model: str = "qwen3-30b-a3b"

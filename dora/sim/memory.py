@@ -65,12 +65,15 @@ class Sizing:
     mean_context: float
     per_device_gb: dict  # usable, weights, activations, kv
 
-    def line(self, hw: str, model: str, k: int) -> str:
+    def line(self, hw: str, model: str, k: int, given_slots: int = 0) -> str:
+        """The derivation, one line; `given_slots`: the user's decode slots, shown beside the derived."""
         d = self.per_device_gb
+        slots = (f"decode slots {given_slots} as given (from memory: {self.max_seqs}" if given_slots
+                 else f"decode slots {self.max_seqs} (")
         return (f"memory ({hw} x {k}, {model}): per device {d['usable']:.1f} GB usable - {d['weights']:.1f} weights - "
                 f"{d['activations']:.1f} activations = {d['kv']:.1f} GB of KV -> {self.kv_tokens:,} KV tokens per "
-                f"instance; decode slots {self.max_seqs} = min(vLLM max_num_seqs {self.cap}, {self.kv_tokens:,} / "
-                f"{self.mean_context:,.0f} mean context tokens)")
+                f"instance; {slots} = min(vLLM max_num_seqs {self.cap}, {self.kv_tokens:,} / "
+                f"{self.mean_context:,.0f} mean context tokens))")
 
 
 def kv_tokens(hw: Hardware, model: Model, k: int) -> tuple[int, dict]:
@@ -110,6 +113,5 @@ def resolve(cfg: SimConfig, trace: Trace) -> tuple[SimConfig, str | None]:
         return cfg, None
     ctx = float(trace.prompt_len.mean() + trace.response_len.mean())
     s = size(c.hardware, c.model, c.devices_per_instance, ctx, c.kv_tokens)
-    s = replace(s, max_seqs=c.max_seqs or s.max_seqs)  # slots given: the line says so
-    cluster = replace(c, max_seqs=s.max_seqs, kv_tokens=s.kv_tokens)
-    return replace(cfg, cluster=cluster), s.line(c.hardware, c.model, c.devices_per_instance)
+    cluster = replace(c, max_seqs=c.max_seqs or s.max_seqs, kv_tokens=s.kv_tokens)
+    return replace(cfg, cluster=cluster), s.line(c.hardware, c.model, c.devices_per_instance, c.max_seqs)

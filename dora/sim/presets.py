@@ -181,12 +181,6 @@ def instance_devices(hw: Hardware, model: Model) -> int:
     return k
 
 
-def kv_capacity_tokens(hw: Hardware, model: Model, k: int) -> int:
-    """KV tokens that fit in 90% of memory (vLLM gpu_memory_utilization) minus the weights."""
-    free = 0.9 * hw.memory_gb * k - model.params_b * 2
-    return max(int(free * 1e9 / model.kv_bytes_per_token), 0)
-
-
 def lookup(hardware: str, model: str) -> tuple[Hardware, Model]:
     if hardware not in HARDWARE:
         raise InputError(f"--hardware {hardware!r}: unknown; choose from {', '.join(HARDWARE)}")
@@ -244,7 +238,7 @@ def derivation(hardware: str, model: str, devices_per_instance: int = 0) -> tupl
         ("train_device_s_per_token", 8 * n / (hw.bf16_tflops * 1e12 * eta_tr),
          f"8N / (peak x eta_train) = 8 x {n / 1e9:.2f}e9 / ({hw.bf16_tflops:g} TFLOP/s x {eta_tr:g})"),
     ]
-    hints = {"devices_per_instance": k, "kv_tokens": kv_capacity_tokens(hw, m, k)}
+    hints = {"devices_per_instance": k}  # decode slots and KV capacity: per run, dora.sim.memory
     return terms, hints
 
 
@@ -265,7 +259,7 @@ def cost_yaml(cost: CostModel, hints: dict, hw: Hardware, m: Model) -> str:
 
     head = (f"# {cost.source}\n# hardware: {hw.source}\n# model: {m.source}\n"
             f"# cluster hints (not cost keys; pass as flags): --devices-per-instance {hints['devices_per_instance']}"
-            f" --set cluster.kv_tokens={hints['kv_tokens']}\n")
+            f" (decode slots and KV capacity: derived per run from memory, dora.sim.memory)\n")
     return head + yaml.safe_dump(to_dict(cost), sort_keys=False)
 
 
@@ -288,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         terms, hints = derivation(args.hardware, args.model, args.devices_per_instance)
         cost, _ = derive(args.hardware, args.model, args.devices_per_instance)
         hw, m = lookup(args.hardware, args.model)
-        print(f"{hw.name} x {m.name}: instance = {hints['devices_per_instance']} devices, "
-              f"KV capacity {hints['kv_tokens']:,} tokens per instance")
+        print(f"{hw.name} x {m.name}: instance = {hints['devices_per_instance']} devices "
+              f"(decode slots and KV capacity: derived per run from memory, docs/planning.md)")
         print(f"  hardware: {hw.source}\n  model: {m.source}")
         print(f"  W = {m.params_b * 2:.1f} GB bf16 weights, N = {m.active_b - m.embed_b:.2f}B matmul params per token")
         for key, (v, why) in ASSUMPTIONS.items():

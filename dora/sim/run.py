@@ -50,7 +50,9 @@ def slowdowns(cfg: SimConfig, trace: Trace, n: int) -> np.ndarray:
 
 
 def check_fits(cfg: SimConfig, trace: Trace) -> None:
-    """Refuse configurations the trace cannot run on (one line each)."""
+    """Refuse configurations the trace cannot run on (one line each); slots and KV capacity left
+    to memory (0) are derived first."""
+    cfg, _ = resolve_memory(cfg, trace)
     c, p = cfg.cluster, cfg.policy
     G = p.group_size or trace.group_size
     if p.group_size and p.group_size != trace.group_size:

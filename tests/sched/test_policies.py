@@ -79,9 +79,10 @@ def test_dora_migrates_and_holds_several_versions(small, small_trace):
     ev = r.events
     moved = ev[ev["event"] == "migrate_in"]
     assert r.metrics["migrations"] == len(moved) > 0
-    # the KV travels where it is cheaper than re-prefilling (long contexts), not always
+    # the KV travels where it is cheaper than re-prefilling, decided per move (context and the
+    # destination's residents: docs/dora_policy.md), not always
     kv = moved["detail"].str.endswith(" kv")
-    assert kv.any() and moved.loc[kv, "tokens"].min() > 1000
+    assert kv.any() and (~kv).any()
     assert r.metrics["reprefill_tokens"] == moved.loc[~kv, "tokens"].sum()
     off = simulate(small, small_config(small_trace, **{"policy.dora.repartition_load": 0.75,
                                                        "policy.dora.migrate_kv": False}), "dora", progress=False)

@@ -193,4 +193,4 @@ def test_gpus_sizes_slots_from_memory_unless_given(small_trace, capsys):
     assert "memory (H100 x 1, qwen2.5-7b):" in capsys.readouterr().out
     assert main([*args, "--max-seqs", "16"]) == 0
     out = capsys.readouterr().out
-    assert "memory (" not in out and "16 slots each" in out
+    assert "decode slots 16 as given (from memory: 1024 = min(" in out and "16 slots each" in out
