@@ -4,9 +4,9 @@ late groups (B or more complete, but one that must be in the step is still runni
 Everything here comes from events the scheduler sees: when a step starts (`train_started`),
 when its weights publish (`published`), and the buffer's size whenever a group completes or
 the trainer starts (`tick`). From these it keeps the trainer step time and the publication
-interval (each averaged over steps) and the versions at which a late group held the trainer.
-`deadline` turns them into a predicted start of a future step; `blocked_share` says how often,
-over recent steps, lateness has cost the trainer time.
+interval (each averaged over steps) and the last version at which a late group held the
+trainer. `deadline` turns them into a
+predicted start of a future step.
 """
 
 from __future__ import annotations
@@ -23,14 +23,12 @@ class TrainerPace:
         self._last_pub = 0.0
         self._idle_t = 0.0  # idle time is looked at up to here
         self.blocked_at = 0  # trainer version when a late group last held the trainer (0: never)
-        self.blocked: set[int] = set()  # every trainer version at which a late group held the trainer
 
     def tick(self, now: float, busy: bool, buffered: int, version: int) -> None:
         """The trainer idled since the last tick with B or more complete groups (`buffered`, in
         the buffer during the interval): a late group held it at `version`."""
         if not busy and buffered >= self.B and now > self._idle_t:
             self.blocked_at = version
-            self.blocked.add(version)
         self._idle_t = now
 
     def train_started(self, now: float) -> None:
@@ -48,12 +46,6 @@ class TrainerPace:
         """For the last η + 1 steps (and past the first η + 1, while the pipeline fills), no late
         group has held the trainer: data, not the tails, paces it."""
         return version - max(self.blocked_at, 1) > self.eta + 1
-
-    def blocked_share(self, version: int, window: int) -> float:
-        """Share of the `window` trainer versions up to `version` at which a late group held
-        the trainer: how often, lately, a group finishing late has cost the trainer time."""
-        lo = max(version - window, 0)
-        return sum(1 for v in range(lo + 1, version + 1) if v in self.blocked) / window
 
     def deadline(self, version: int, now: float, trainer_version: int, busy: bool, paced: bool = False) -> float:
         """Predicted start of step `version` + η, the last that may train a group of `version`,

@@ -41,15 +41,3 @@ def test_late_groups_mark_the_trainer_tail_bound():
     p.pace_s = 15.0
     assert p.deadline(9, 40.0, 9, False, paced=True) == pytest.approx(40.0 + 2 * 15.0)
     assert p.deadline(9, 40.0, 9, False) == pytest.approx(40.0 + 2 * 9.0)
-
-
-def test_blocked_share_counts_recent_versions_a_late_group_held():
-    p = TrainerPace(eta=1, batch=4)  # window 2(η + 1) = 4 versions
-    for v in (2, 5, 6):
-        p.tick(float(v), False, 4, v)  # idle with a full batch at v: held by a late group
-    p.tick(7.5, False, 3, 7)  # idle, short of data: not held
-    assert p.blocked == {2, 5, 6}
-    assert p.blocked_share(6, 4) == pytest.approx(2 / 4)  # versions 3..6: 5 and 6
-    assert p.blocked_share(8, 4) == pytest.approx(2 / 4)  # versions 5..8
-    assert p.blocked_share(10, 4) == 0.0  # versions 7..10
-    assert p.blocked_share(2, 4) == pytest.approx(1 / 4)  # the pipeline's first versions count as not held

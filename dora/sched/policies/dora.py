@@ -57,7 +57,6 @@ from dora.sched.streaming import StreamingPolicy
 _SOURCES_LOOKED_AT = 4  # per hosting decision: the most crowded instances whose tails are weighed
 _DESTINATIONS_LOOKED_AT = 8  # per consolidation: peers weighed as destinations
 _RETRY_S = 1.0  # a consolidation pass that moved nothing is not repeated for this long (simulated s)
-_LATE_WEIGHT_MIN = 0.01  # consolidation: lateness weighs at least this, however rarely it has cost the trainer
 _WAIT_GAIN = 0.8  # a group waits for fresh instances only to finish at least 20% sooner (estimate noise)
 
 
@@ -245,6 +244,9 @@ class DoraPolicy(StreamingPolicy):
         v = self.view
         self.pace.tick(self.now, v.trainer_busy, len(v.buffer) - completed, v.trainer_version)
 
+    def data_bound(self) -> bool:
+        return self.pace.data_bound(self.view.trainer_version)
+
     def capacity_needed(self, ahead: int = 0) -> bool:
         """Groups the staleness cap admits now (and after `ahead` more trainer steps) would find
         no free slots on the newest version, counting instances already loading it: one more
@@ -276,7 +278,7 @@ class DoraPolicy(StreamingPolicy):
             for inst in sorted(drained.values(), key=lambda i: i.id):
                 if not self._host_tail(ver, inst):
                     self.load(inst, latest)  # drained: switch now
-        if self.dc.consolidate and self.capacity_needed():
+        if self.dc.consolidate and self.data_bound() and self.capacity_needed():
             self._consolidate(ver, latest)
 
     def _host_tail(self, ver: int, host: InstView) -> bool:
@@ -315,8 +317,9 @@ class DoraPolicy(StreamingPolicy):
 
     def _consolidate(self, ver: int, latest: int) -> None:
         """Old-version instances with few trajectories (at most `repartition_load` of their slots),
-        fewest first, move whole onto the busiest peer of their version where that pays
-        (`_safe_destination`); then load the newest."""
+        fewest first, move whole onto the busiest peer of their version on which every moved and
+        resident trajectory is predicted to finish before the version's own last one or the
+        earliest time the trainer could need it, whichever is later; then load the newest."""
         if self.now < self._retry.get(ver, 0.0):
             return  # the last pass over this version found nothing to move: not again so soon
         old, share = self.old, self.dc.repartition_load
@@ -359,20 +362,15 @@ class DoraPolicy(StreamingPolicy):
         return cost.time_for(worst, n, ctx, prog.f[inst.id])
 
     def _safe_destination(self, ver: int, src: InstView, dl: float) -> InstView | None:
-        """A peer of `ver` to take all of `src`'s trajectories, if the move pays in slot-seconds.
-        Gain: the source's slots, free for the newest version now instead of when it would
-        drain, less the destination's slots held longer. Cost: the seconds by which the merged
-        drain ends later than both `dl` and the later of the two instances' own drains, times
-        every slot of the cluster (a late group holds the trainer, and the staleness cap then the
-        slots), times how often that has happened lately (`TrainerPace.blocked_share` over
-        2(η+1) steps, at least 1%): where lateness has not cost the trainer time, packing is
-        nearly free; where it has, only what frees more than it delays is packed. Busiest first."""
+        """A peer of `ver` to take all of `src`'s trajectories, if one pays: the source's slots,
+        free now instead of when it would drain, outweigh how much later the destination drains
+        (slot-seconds for the newest version), and nothing is predicted to finish later than
+        both `dl` and the later of the two instances' own predicted drains. Busiest first."""
         now = self.now
         moved = list(src.active)
         m = len(moved)
         t_src = self._drain_s(src)
         mctx = sum(self.prog.plen[t] + self.prog.generated(t, now) for t in moved)
-        w = -1.0  # lateness weight, computed when first needed
         looked = 0
         for load in reversed(self.old.loads(ver)):
             for p in self.old.bucket(ver, load):
@@ -387,12 +385,8 @@ class DoraPolicy(StreamingPolicy):
                 merged = self._drain_s(p, moved)
                 if merged - t_dst >= t_src * src.max_seqs / p.max_seqs:
                     continue  # the destination's slots would stand idle longer than the source's are freed
-                late = now + merged - max(dl, now + max(t_src, t_dst))
-                if late > 0.0:
-                    if w < 0.0:
-                        w = max(_LATE_WEIGHT_MIN, self.pace.blocked_share(self.view.trainer_version, 2 * (self.eta + 1)))
-                    if late * w * self._slots_total >= t_src * src.max_seqs - (merged - t_dst) * p.max_seqs:
-                        continue  # the slot-seconds the trainer may lose outweigh those freed
+                if now + merged > dl and (not self.data_bound() or merged > max(t_src, t_dst)):
+                    continue  # late for the trainer (and, where data paces it, later than it would be anyway)
                 return p
         return None
 
