@@ -206,10 +206,11 @@ def load_yaml(path: str | Path, what: str = "config file") -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise InputError(f"{what} {p}: top level must be a mapping of keys, got {type(data).__name__}")
+        raise InputError(f"{what} {p}: top level must be a mapping of keys, got {type(data).__name__}; write it as "
+                         "KEY: VALUE lines, e.g. steps: 10")
     bad = [k for k in data if not isinstance(k, str)]
     if bad:
-        raise InputError(f"{what} {p}: key {bad[0]!r} is not a name; keys are words such as steps or cluster")
+        raise InputError(f"{what} {p}: key {bad[0]!r} is not a name; use words such as steps or cluster as keys")
     return data
 
 
@@ -220,7 +221,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, raw = text.split("=", 1)
     parts = [p for p in key.strip().split(".") if p]
     if not parts:
-        raise InputError(f"--set {text!r}: empty key")
+        raise InputError(f"--set {text!r}: empty key; write KEY=VALUE, e.g. --set policy.eta=2")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:

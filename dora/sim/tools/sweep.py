@@ -123,7 +123,8 @@ def _config_key_ok(key: str) -> None:
     parts = key.split(".")
     for i, part in enumerate(parts):
         if not dataclasses.is_dataclass(cls):
-            raise InputError(f"--grid {key}: '{'.'.join(parts[:i])}' is a value, not a section")
+            raise InputError(f"--grid {key}: '{'.'.join(parts[:i])}' is a value, not a section; name it alone, "
+                             f"e.g. --grid {'.'.join(parts[:i])}=1,2")
         hints = get_type_hints(cls)
         names = [f.name for f in dataclasses.fields(cls) if f.init]
         if part not in names:
@@ -150,11 +151,12 @@ def parse_axis(text: str, kind: str) -> Axis:
     lhs, rhs = text.split("=", 1)
     keys = tuple(k.strip() for k in lhs.split(","))
     if not all(keys):
-        raise InputError(f"{flag} {text!r}: empty key")
+        raise InputError(f"{flag} {text!r}: empty key; write KEY=V1,V2,..., e.g. {flag} "
+                         + ("cluster.instances=64,256" if kind == "config" else "tail_alpha=1.2,2"))
     for k in keys:
         (_config_key_ok if kind == "config" else _trace_key_ok)(k)
     if len(set(keys)) != len(keys):
-        raise InputError(f"{flag} {text!r}: a key appears twice")
+        raise InputError(f"{flag} {text!r}: a key appears twice; name each key once")
     tokens = [t.strip() for t in rhs.split(",")]
     if not rhs.strip() or not all(tokens):
         raise InputError(f"{flag} {text!r}: empty value; give comma-separated values, e.g. {lhs}=1,2")
@@ -167,7 +169,7 @@ def parse_axis(text: str, kind: str) -> Axis:
         raw.append(parts)
         values.append(tuple(_parse_value(p) for p in parts))
     if len(set(raw)) != len(raw):
-        raise InputError(f"{flag} {text!r}: a value appears twice")
+        raise InputError(f"{flag} {text!r}: a value appears twice; list each value once")
     return Axis(kind, keys, raw, values)
 
 
