@@ -110,7 +110,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def _sections(cls: Any) -> dict[str, type]:
+def sections_of(cls: Any) -> dict[str, type]:
     """The section types of a dataclass with sections (see the module docstring), else {}."""
     get = getattr(cls, "section_types", None)
     return get() if get is not None else {}
@@ -118,7 +118,7 @@ def _sections(cls: Any) -> dict[str, type]:
 
 def _build(cls: type[T], data: dict, where: str) -> T:
     hints = get_type_hints(cls)
-    sections = _sections(cls)
+    sections = sections_of(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init} - ({"sections"} if sections else set())
     for k in data:
         if k not in names and k not in sections:
@@ -153,7 +153,7 @@ def validate_tree(obj: Any, where: str = "") -> None:
         v = getattr(obj, f.name)
         if dataclasses.is_dataclass(v):
             validate_tree(v, f"{where}{f.name}.")
-    if _sections(obj):
+    if sections_of(obj):
         for name, v in obj.sections.items():
             if dataclasses.is_dataclass(v):
                 validate_tree(v, f"{where}{name}.")
@@ -259,7 +259,7 @@ def to_dict(obj: Any) -> Any:
     """Dataclass tree -> plain dict (for --json config and YAML dumps)."""
     if dataclasses.is_dataclass(obj):
         out = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        if _sections(obj):
+        if sections_of(obj):
             out.update(out.pop("sections"))  # sections sit beside the fields
         return out
     if isinstance(obj, (list, tuple)):

@@ -45,7 +45,7 @@ from typing import Any, get_type_hints
 import pandas as pd
 import yaml
 
-from dora.config import build
+from dora.config import build, sections_of
 from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.io import atomic_path, check_output, check_output_dir
 from dora.limits import check_time
@@ -125,11 +125,13 @@ def _config_key_ok(key: str) -> None:
         if not dataclasses.is_dataclass(cls):
             raise InputError(f"--grid {key}: '{'.'.join(parts[:i])}' is a value, not a section; name it alone, "
                              f"e.g. --grid {'.'.join(parts[:i])}=1,2")
-        hints = get_type_hints(cls)
-        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        sections = sections_of(cls)  # PolicyConfig: policy.<name>.<key> (dora.config)
+        hints = {**get_type_hints(cls), **sections}
+        names = [f.name for f in dataclasses.fields(cls) if f.init and not (sections and f.name == "sections")]
+        names += list(sections)
         if part not in names:
             where = ".".join(parts[:i]) or "SimConfig"
-            raise InputError(f"--grid {key}: unknown key '{part}' in {where} (known: {', '.join(names)})")
+            raise InputError(f"--grid {key}: unknown key '{part}' in {where}; choose from {', '.join(names)}")
         cls = hints[part]
     if dataclasses.is_dataclass(cls):
         raise InputError(f"--grid {key}: is a section, not a value; name one of its keys, e.g. {key}."
