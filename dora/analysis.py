@@ -33,7 +33,8 @@ def check_log(df: pd.DataFrame, where: str = "event log") -> None:
     """Refuse a frame that is not an event log (one line naming the missing column)."""
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
-        raise InputError(f"{where}: column '{missing[0]}' missing; an event log has {', '.join(COLUMNS)}")
+        raise InputError(f"{where}: column '{missing[0]}' missing (an event log has {', '.join(COLUMNS)}); "
+                         "pass one written with --events of dora.sim or dora.exec")
 
 
 def run_end(df: pd.DataFrame) -> float:

@@ -110,7 +110,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def _sections(cls: Any) -> dict[str, type]:
+def sections_of(cls: Any) -> dict[str, type]:
     """The section types of a dataclass with sections (see the module docstring), else {}."""
     get = getattr(cls, "section_types", None)
     return get() if get is not None else {}
@@ -118,7 +118,7 @@ def _sections(cls: Any) -> dict[str, type]:
 
 def _build(cls: type[T], data: dict, where: str) -> T:
     hints = get_type_hints(cls)
-    sections = _sections(cls)
+    sections = sections_of(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init} - ({"sections"} if sections else set())
     for k in data:
         if k not in names and k not in sections:
@@ -153,7 +153,7 @@ def validate_tree(obj: Any, where: str = "") -> None:
         v = getattr(obj, f.name)
         if dataclasses.is_dataclass(v):
             validate_tree(v, f"{where}{f.name}.")
-    if _sections(obj):
+    if sections_of(obj):
         for name, v in obj.sections.items():
             if dataclasses.is_dataclass(v):
                 validate_tree(v, f"{where}{name}.")
@@ -206,10 +206,11 @@ def load_yaml(path: str | Path, what: str = "config file") -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise InputError(f"{what} {p}: top level must be a mapping of keys, got {type(data).__name__}")
+        raise InputError(f"{what} {p}: top level must be a mapping of keys, got {type(data).__name__}; write it as "
+                         "KEY: VALUE lines, e.g. steps: 10")
     bad = [k for k in data if not isinstance(k, str)]
     if bad:
-        raise InputError(f"{what} {p}: key {bad[0]!r} is not a name; keys are words such as steps or cluster")
+        raise InputError(f"{what} {p}: key {bad[0]!r} is not a name; use words such as steps or cluster as keys")
     return data
 
 
@@ -220,7 +221,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, raw = text.split("=", 1)
     parts = [p for p in key.strip().split(".") if p]
     if not parts:
-        raise InputError(f"--set {text!r}: empty key")
+        raise InputError(f"--set {text!r}: empty key; write KEY=VALUE, e.g. --set policy.eta=2")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -258,7 +259,7 @@ def to_dict(obj: Any) -> Any:
     """Dataclass tree -> plain dict (for --json config and YAML dumps)."""
     if dataclasses.is_dataclass(obj):
         out = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        if _sections(obj):
+        if sections_of(obj):
             out.update(out.pop("sections"))  # sections sit beside the fields
         return out
     if isinstance(obj, (list, tuple)):

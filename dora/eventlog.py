@@ -202,10 +202,12 @@ def read_events(path: str | Path) -> pd.DataFrame:
     try:
         table = pq.read_table(p)
     except Exception as e:
-        raise InputError(f"event log {p}: not a readable parquet file ({type(e).__name__})") from None
+        raise InputError(f"event log {p}: not a readable parquet file ({type(e).__name__}); pass an event log "
+                         "written with --events of dora.sim or dora.exec") from None
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
-        raise InputError(f"event log {p}: column '{missing[0]}' missing; an event log has {', '.join(COLUMNS)}")
+        raise InputError(f"event log {p}: column '{missing[0]}' missing (an event log has {', '.join(COLUMNS)}); "
+                         "pass one written with --events of dora.sim or dora.exec")
     df = table.to_pandas()
     df["event"] = df["event"].astype("category")
     raw = (table.schema.metadata or {}).get(META_KEY)

@@ -96,7 +96,7 @@ def check_output_dir(path: str | Path, flag: str = "--out") -> Path:
     if p.is_symlink() and not p.exists():
         raise InputError(f"{flag} {p}: a dangling symbolic link; remove it or choose another folder")
     if p.exists() and not p.is_dir():
-        raise InputError(f"{flag} {p}: is a file; {flag} names a folder")
+        raise InputError(f"{flag} {p}: is a file; {flag} names a folder, so give a folder path")
     check_writable_folder(p, flag, p)
     return p
 

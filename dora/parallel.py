@@ -15,14 +15,14 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterator, Sequence
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 
 
 def check_jobs(jobs: int | None) -> int:
     """--jobs: None is the CPU count; refuse < 1."""
     n = jobs if jobs is not None else (os.cpu_count() or 1)
     if n < 1:
-        raise InputError(f"--jobs {n}: must be >= 1 process")
+        raise too_small("--jobs", n, 1, "process")
     return n
 
 

@@ -52,6 +52,7 @@ TABLES = {
     "train_windows": ("t_start_s", "t_end_s"),
 }
 OPTIONAL = ("requests", "train_windows")  # tables a profile may lack (older format revisions)
+WRITTEN = "give a profile written by dora.exec"  # the fix for a malformed profile
 
 
 def _table(name: str) -> dict[str, list]:
@@ -149,16 +150,17 @@ def read_profile(path: str | Path) -> dict:
             prof[name] = _table(name)
             continue
         if not isinstance(t, dict):
-            raise InputError(f"profile {p}: table '{name}' missing")
+            raise InputError(f"profile {p}: table '{name}' missing; {WRITTEN}")
         lens = {c: len(t.get(c, [])) if isinstance(t.get(c), list) else -1 for c in cols}
         if -1 in lens.values():
-            raise InputError(f"profile {p}: table '{name}' has no column '{min(lens, key=lens.get)}'")
+            raise InputError(f"profile {p}: table '{name}' has no column '{min(lens, key=lens.get)}'; {WRITTEN}")
         if len(set(lens.values())) > 1:
-            raise InputError(f"profile {p}: table '{name}' has columns of different lengths {lens}")
+            raise InputError(f"profile {p}: table '{name}' has columns of different lengths {lens}; {WRITTEN}")
         for c in cols:
             if c in ("mode", "kind"):
                 continue
             for i, v in enumerate(t[c]):
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or math.isnan(v):
-                    raise InputError(f"profile {p}: table '{name}' column '{c}' row {i}: {v!r} is not a number")
+                    raise InputError(f"profile {p}: table '{name}' column '{c}' row {i}: {v!r} is not a number; "
+                                     f"{WRITTEN}")
     return prof

@@ -3,7 +3,8 @@ generate/stats, dora.plots, dora.exec up to starting engines) with hypothesis-dr
 trace and profile files and output paths (tests/fuzz_inputs.py). Every example must:
 
 - exit 0 or 2 (compare may exit 1 for --max-rel-err; dora.exec may reach its engines: accepted);
-- on 2, print exactly one line on stderr, `<prog>: error: ...`, and no traceback;
+- on 2, print exactly one line on stderr, `<prog>: error: ...`, that says how to fix the input
+  (tests/cli_runner.says_how_to_fix), and no traceback;
 - on 2, write nothing (its output folder stays empty); never touch the shared inputs;
 - finish within a time limit (in process: an alarm; subprocesses: their timeout).
 
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
-from tests.cli_runner import Result, run_in_process, run_subprocess
+from tests.cli_runner import Result, run_in_process, run_subprocess, says_how_to_fix
 from tests.fuzz_inputs import ENTRIES, command
 from tests.test_bad_input import make_inputs
 
@@ -90,6 +91,7 @@ def check(name: str, args: list[str], res: Result) -> None:
         assert len(lines) == 1, f"{shown}: {len(lines)} lines on stderr\n{res.stderr}"
         prog, _, what = lines[0].partition(": error: ")
         assert prog and what.strip(), f"{shown}: not '<prog>: error: <what>': {lines[0]!r}"
+        assert says_how_to_fix(lines[0]), f"{shown}: no fix hint (tests/cli_runner.py FIX_PATTERNS): {lines[0]!r}"
         assert res.written == [], f"{shown}: refused but wrote {res.written}"
 
 

@@ -59,8 +59,8 @@ def resolve_config(args: argparse.Namespace) -> ExecConfig:
         pol = load_yaml(args.policy_config, "policy config")
         pol = pol["policy"] if "policy" in pol else pol
         if not isinstance(pol, dict):
-            raise InputError(f"policy config {args.policy_config}: 'policy' must be a mapping of PolicyConfig keys "
-                             f"(eta, batch_size, dora: {{...}}), got {pol!r}")
+            raise InputError(f"policy config {args.policy_config}: 'policy' must be a mapping of PolicyConfig keys, "
+                             f"got {pol!r}; write it as policy: {{eta: 2, batch_size: 8, dora: {{...}}}}")
         data = deep_merge(data, {"policy": pol})
     flags = {("model",): args.model, ("steps",): args.steps, ("seed",): args.seed, ("out",): args.out,
              ("ray_address",): args.ray_address, ("rollout", "instances"): args.instances,
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             if cfg.runtime == "ray":
                 import ray  # noqa: F401
         except ImportError as e:
-            raise InputError(f"the executor needs its extra ({e.name} is missing): pip install -e '.[exec]' "
-                             "(CPU machines: '.[exec-cpu]')") from None
+            raise InputError(f"the executor needs its extra ({e.name} is missing); install it: pip install -e "
+                             "'.[exec]' (CPU machines: '.[exec-cpu]')") from None
         from dora.eventlog import events_path, write_events
         from dora.exec.run import run_policies
         from dora.report import EXEC_ROWS, add_ratios, table, write_json

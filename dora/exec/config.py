@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 
 
 @dataclass
@@ -22,11 +22,11 @@ class LossConfig:
         if not (0 <= self.clip_low < 1):
             raise InputError(f"clip_low: must be in [0, 1), got {self.clip_low}")
         if self.clip_high < 0:
-            raise InputError(f"clip_high: must be >= 0, got {self.clip_high}")
+            raise too_small("clip_high", self.clip_high, 0)
         if self.is_cap <= 0:
-            raise InputError(f"is_cap: must be > 0, got {self.is_cap}")
+            raise too_small("is_cap", self.is_cap, 0, above=True)
         if self.adv_eps <= 0:
-            raise InputError(f"adv_eps: must be > 0, got {self.adv_eps}")
+            raise too_small("adv_eps", self.adv_eps, 0, above=True)
         if self.aggregation not in ("token_mean", "seq_mean_token_mean"):
             raise InputError(f"aggregation: {self.aggregation!r} is not one of 'token_mean', 'seq_mean_token_mean'")
 
@@ -56,27 +56,29 @@ class TrainerConfig:
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise InputError(f"betas: expected two numbers in [0, 1) (Adam beta1, beta2), got {list(self.betas)}")
         if self.threads < 0:
-            raise InputError(f"threads: must be >= 0, got {self.threads}")
+            raise too_small("threads", self.threads, 0)
         if self.lr <= 0:
-            raise InputError(f"lr: must be > 0, got {self.lr}")
+            raise too_small("lr", self.lr, 0, above=True)
         if not self.temperature > 0:
-            raise InputError(f"temperature: must be > 0, got {self.temperature}")
+            raise too_small("temperature", self.temperature, 0, above=True)
         if self.warmup_steps < 0:
-            raise InputError(f"warmup_steps: must be >= 0, got {self.warmup_steps}")
+            raise too_small("warmup_steps", self.warmup_steps, 0)
         if self.weight_decay < 0:
-            raise InputError(f"weight_decay: must be >= 0, got {self.weight_decay}")
+            raise too_small("weight_decay", self.weight_decay, 0)
         if self.grad_clip < 0:
-            raise InputError(f"grad_clip: must be >= 0, got {self.grad_clip}")
+            raise too_small("grad_clip", self.grad_clip, 0)
         if self.micro_batch_tokens < 1:
-            raise InputError(f"micro_batch_tokens: must be >= 1, got {self.micro_batch_tokens}")
+            raise too_small("micro_batch_tokens", self.micro_batch_tokens, 1)
         if self.minibatches < 1 or self.ppo_epochs < 1:
-            raise InputError(f"minibatches and ppo_epochs: must be >= 1, got {self.minibatches}, {self.ppo_epochs}")
+            raise InputError(f"minibatches and ppo_epochs: must be >= 1, got {self.minibatches}, "
+                             f"{self.ppo_epochs}; set both to 1 or more")
         if self.device not in ("auto", "cpu", "cuda"):
             raise InputError(f"device: {self.device!r} is not one of 'auto', 'cpu', 'cuda'")
         if self.snapshot_every < 0:
-            raise InputError(f"snapshot_every: must be >= 0, got {self.snapshot_every}")
+            raise too_small("snapshot_every", self.snapshot_every, 0)
         if self.snapshot_every and not self.snapshot_dir:
-            raise InputError("snapshot_every > 0 needs snapshot_dir: a directory for the weight snapshots")
+            raise InputError("snapshot_every > 0 needs snapshot_dir; set snapshot_dir to a directory for the weight "
+                             "snapshots, or snapshot_every to 0")
 
 
 @dataclass
@@ -94,11 +96,13 @@ class TaskConfig:
 
     def validate(self) -> None:
         if self.num_prompts < 1:
-            raise InputError(f"num_prompts: must be >= 1, got {self.num_prompts}")
+            raise too_small("num_prompts", self.num_prompts, 1)
         if self.max_new_tokens < 1:
-            raise InputError(f"max_new_tokens: must be >= 1, got {self.max_new_tokens}")
+            raise too_small("max_new_tokens", self.max_new_tokens, 1)
         if self.median_span < 1 or self.max_span < 1 or self.sigma < 0 or self.max_low < 0:
-            raise InputError("median_span, max_span: must be >= 1; sigma, max_low: must be >= 0")
+            raise InputError(f"median_span, max_span: must be >= 1; sigma, max_low: must be >= 0; got "
+                             f"{self.median_span}, {self.max_span}, {self.sigma}, {self.max_low}; set them within "
+                             "those bounds")
         from dora.exec.rewards import REWARDS
 
         if self.reward != "auto" and self.reward not in REWARDS:

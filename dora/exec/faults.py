@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 
 
 @dataclass
@@ -40,24 +40,24 @@ class FaultConfig:
     def validate(self) -> None:
         if self.kill_instance_at_step < -1:
             raise InputError(f"kill_instance_at_step: must be -1 (never) or a version >= 0, "
-                             f"got {self.kill_instance_at_step}")
+                             f"got {self.kill_instance_at_step}; set it to -1 or 0 or more")
         if self.kill_instance < 0:
-            raise InputError(f"kill_instance: must be an instance id >= 0, got {self.kill_instance}")
+            raise too_small("kill_instance", self.kill_instance, 0, "(an instance id)")
         if self.kill_trainer_at_step == 0 or self.kill_trainer_at_step < -1:
             raise InputError(f"kill_trainer_at_step: must be -1 (never) or a step >= 1, "
-                             f"got {self.kill_trainer_at_step}")
+                             f"got {self.kill_trainer_at_step}; set it to -1 or 1 or more")
         for k, item in enumerate(self.load_fail_at):
             if len(item) != 2 or item[0] < 0 or item[1] < 1:
                 raise InputError(f"load_fail_at[{k}]: expected [instance >= 0, version >= 1], got {item!r}")
         if self.load_retries < 0:
-            raise InputError(f"load_retries: must be >= 0, got {self.load_retries}")
+            raise too_small("load_retries", self.load_retries, 0)
 
     def check_run(self, instances: int, steps: int, checkpoint_every: int, weight_sync: str) -> None:
         """Checks that need the rest of the run's configuration."""
         if self.kill_instance_at_step >= 0:
             if self.kill_instance >= instances:
                 raise InputError(f"faults.kill_instance: {self.kill_instance} does not exist (rollout.instances is "
-                                 f"{instances}: ids 0..{instances - 1})")
+                                 f"{instances}); use an id in 0..{instances - 1}")
             if self.kill_instance_at_step >= steps:
                 raise InputError(f"faults.kill_instance_at_step: {self.kill_instance_at_step} is never reached in a "
                                  f"run of {steps} steps; use 0..{steps - 1}")
@@ -73,12 +73,13 @@ class FaultConfig:
         for k, (inst, version) in enumerate(self.load_fail_at):
             if inst >= instances:
                 raise InputError(f"faults.load_fail_at[{k}]: instance {inst} does not exist (rollout.instances is "
-                                 f"{instances})")
+                                 f"{instances}); use an id in 0..{instances - 1}")
             if version > steps:
                 raise InputError(f"faults.load_fail_at[{k}]: version {version} is never published in a run of "
-                                 f"{steps} steps")
+                                 f"{steps} steps; use a version in 1..{steps}")
         if self.load_fail_at and weight_sync != "tensors":
-            raise InputError("faults.load_fail_at: injected load failures need rollout.weight_sync=tensors")
+            raise InputError("faults.load_fail_at: injected load failures need rollout.weight_sync=tensors; set it, or "
+                             "drop faults.load_fail_at")
 
     def active(self) -> bool:
         return self.kill_instance_at_step >= 0 or self.kill_trainer_at_step > 0 or bool(self.load_fail_at)

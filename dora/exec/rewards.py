@@ -27,7 +27,7 @@ def register(name: str) -> Callable[[RewardFn], RewardFn]:
 
 def get_reward(name: str) -> RewardFn:
     if name not in REWARDS:
-        raise InputError(f"reward {name!r}: unknown; known rewards: {', '.join(sorted(REWARDS))}")
+        raise InputError(f"reward {name!r}: unknown; choose from {', '.join(sorted(REWARDS))}")
     return REWARDS[name]
 
 

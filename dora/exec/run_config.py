@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 from dora.exec.config import TaskConfig, TrainerConfig
 from dora.exec.faults import FaultConfig
 from dora.sched.config import PolicyConfig, SyncConfig
@@ -34,25 +34,25 @@ class RolloutConfig:
 
     def validate(self) -> None:
         if self.instances < 1:
-            raise InputError(f"instances: must be >= 1 rollout instance, got {self.instances}")
+            raise too_small("instances", self.instances, 1, "rollout instance")
         if self.backend not in ("vllm", "hf"):
             raise InputError(f"backend: {self.backend!r} is not one of 'vllm', 'hf'")
         if self.max_num_seqs < 1:
-            raise InputError(f"max_num_seqs: must be >= 1, got {self.max_num_seqs}")
+            raise too_small("max_num_seqs", self.max_num_seqs, 1)
         if self.weight_sync not in ("tensors", "checkpoint"):
             raise InputError(f"weight_sync: {self.weight_sync!r} is not one of 'tensors', 'checkpoint'")
         if not self.temperature > 0:
-            raise InputError(f"temperature: must be > 0 for RL sampling, got {self.temperature}")
+            raise too_small("temperature", self.temperature, 0, "for RL sampling", above=True)
         if self.device not in ("auto", "cpu", "cuda"):
             raise InputError(f"device: {self.device!r} is not one of 'auto', 'cpu', 'cuda'")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise InputError(f"dtype: {self.dtype!r} is not one of 'float32', 'bfloat16', 'float16'")
         if self.max_model_len < 2:
-            raise InputError(f"max_model_len: must be >= 2 tokens (prompt + generation), got {self.max_model_len}")
+            raise too_small("max_model_len", self.max_model_len, 2, "tokens (prompt + generation)")
         if self.cpu_threads < 0:
-            raise InputError(f"cpu_threads: must be >= 0, got {self.cpu_threads}")
+            raise too_small("cpu_threads", self.cpu_threads, 0)
         if self.kv_cache_bytes < 1:
-            raise InputError(f"kv_cache_bytes: must be >= 1, got {self.kv_cache_bytes}")
+            raise too_small("kv_cache_bytes", self.kv_cache_bytes, 1)
 
 
 @dataclass
@@ -84,7 +84,7 @@ class ExecConfig:
             raise InputError(f"task.max_new_tokens: {self.task.max_new_tokens} leaves no room for the prompt in "
                              f"rollout.max_model_len {self.rollout.max_model_len}; lower it or raise max_model_len")
         if self.policy.group_size < 1:
-            raise InputError(f"policy.group_size: must be >= 1 sample per prompt, got {self.policy.group_size}")
+            raise too_small("policy.group_size", self.policy.group_size, 1, "sample per prompt")
         if self.policy.dora.versions_per_instance > 1:
             raise InputError("policy.dora.versions_per_instance: the vLLM and hf engines serve one version at a "
                              "time; use 1 (several versions per instance exist in the simulator only)")
@@ -95,7 +95,7 @@ class ExecConfig:
             raise InputError("policy.sync.colocated: the executor runs engines and trainer as separate processes; "
                              "set it to false")
         if self.checkpoint_every < 0:
-            raise InputError(f"checkpoint_every: must be >= 0 steps (0: at the end only), got {self.checkpoint_every}")
+            raise too_small("checkpoint_every", self.checkpoint_every, 0, "steps (0: at the end only)")
         self.faults.check_run(self.rollout.instances, self.steps, self.checkpoint_every, self.rollout.weight_sync)
 
 

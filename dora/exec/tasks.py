@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 
 BUILTIN_TASKS = ("count",)
+DATASET_FIX = "pass a .parquet or .jsonl file with columns prompt, answer"
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,10 @@ def count_task(n: int, seed: int = 0, params: CountTaskParams = CountTaskParams(
                first_id: int = 0) -> list[Example]:
     """n counting prompts, deterministic for (seed, params); ids first_id, first_id+1, ..."""
     if n < 0:
-        raise InputError(f"count task: number of prompts must be >= 0, got {n}")
+        raise too_small("count task: number of prompts", n, 0)
     if (params.max_span < 1 or params.max_low < 0 or params.max_number < params.max_span
             or params.median_span < 1 or params.sigma < 0):
-        raise InputError(f"count task: bad parameters {params}: need 1 <= median_span, 1 <= max_span <= "
+        raise InputError(f"count task: bad parameters {params}; set them so that 1 <= median_span, 1 <= max_span <= "
                          "max_number, 0 <= max_low, sigma >= 0")
     rng = np.random.default_rng(seed)
     spans = np.rint(rng.lognormal(math.log(params.median_span), params.sigma, size=n)).astype(np.int64)
@@ -94,17 +95,18 @@ def load_dataset(path: str | Path) -> list[Example]:
     """
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"dataset {p}: not found; pass a .parquet or .jsonl file with columns prompt, answer")
+        raise InputError(f"dataset {p}: not found; {DATASET_FIX}")
     if p.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         try:
             table = pq.read_table(p)
         except Exception as e:  # pyarrow raises several types for a corrupt file
-            raise InputError(f"dataset {p}: not a readable parquet file ({e})") from None
+            raise InputError(f"dataset {p}: not a readable parquet file ({e}); {DATASET_FIX}") from None
         for col in ("prompt", "answer"):
             if col not in table.column_names:
-                raise InputError(f"dataset {p}: column {col!r} is missing (columns: {', '.join(table.column_names)})")
+                raise InputError(f"dataset {p}: column {col!r} is missing (columns: {', '.join(table.column_names)}); "
+                                 "pass a file with columns prompt, answer")
         prompts = table.column("prompt").to_pylist()
         answers = table.column("answer").to_pylist()
     elif p.suffix in (".jsonl", ".json"):
@@ -115,24 +117,26 @@ def load_dataset(path: str | Path) -> list[Example]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise InputError(f"dataset {p} line {lineno}: not valid JSON ({e.msg})") from None
+                raise InputError(f"dataset {p} line {lineno}: not valid JSON ({e.msg}); write one JSON object per "
+                                 'line, e.g. {"prompt": "...", "answer": "..."}') from None
             if not isinstance(row, dict):
                 raise InputError(f"dataset {p} line {lineno}: expected an object with keys prompt, answer")
             for col in ("prompt", "answer"):
                 if col not in row:
-                    raise InputError(f"dataset {p} line {lineno}: key {col!r} is missing")
+                    raise InputError(f"dataset {p} line {lineno}: key {col!r} is missing; give every line prompt "
+                                     "and answer")
             prompts.append(row["prompt"])
             answers.append(row["answer"])
     else:
         raise InputError(f"dataset {p}: unknown format {p.suffix!r}; use .parquet or .jsonl")
     if not prompts:
-        raise InputError(f"dataset {p}: no rows")
+        raise InputError(f"dataset {p}: no rows; {DATASET_FIX} and at least one row")
     out = []
     for i, (q, a) in enumerate(zip(prompts, answers)):
         if not isinstance(q, str) or not q.strip():
             raise InputError(f"dataset {p}: column 'prompt' row {i}: expected a non-empty string, got {q!r}")
         if a is None or (isinstance(a, float) and math.isnan(a)):
-            raise InputError(f"dataset {p}: column 'answer' row {i}: missing answer")
+            raise InputError(f"dataset {p}: column 'answer' row {i}: missing answer; fill or drop the row")
         out.append(Example(i, q, a if isinstance(a, str) else str(a)))
     return out
 
@@ -142,7 +146,7 @@ def tokenize_prompts(tokenizer, examples: list[Example]) -> list[list[int]]:
     ids = tokenizer([e.prompt for e in examples], add_special_tokens=True)["input_ids"]
     for e, x in zip(examples, ids):
         if not x:
-            raise InputError(f"prompt {e.prompt_id}: tokenizes to no tokens")
+            raise InputError(f"prompt {e.prompt_id}: tokenizes to no tokens; drop it or give it text")
     return [list(x) for x in ids]
 
 

@@ -20,7 +20,7 @@ import json
 import time
 from pathlib import Path
 
-from dora.errors import InputError, cli_errors
+from dora.errors import InputError, cli_errors, too_small
 from dora.exec.tokenizer import BOS, EOS, PAD, build_tokenizer, vocab_and_merges
 
 VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -32,9 +32,11 @@ def tiny_config(*, hidden_size: int = 64, layers: int = 2, heads: int = 2, kv_he
     from transformers import Qwen2Config
 
     if hidden_size % heads:
-        raise InputError(f"tiny model: hidden_size {hidden_size} is not divisible by heads {heads}")
+        raise InputError(f"tiny model: hidden_size {hidden_size} is not divisible by heads {heads}; choose a "
+                         "multiple of heads")
     if heads % kv_heads:
-        raise InputError(f"tiny model: heads {heads} is not divisible by kv_heads {kv_heads}")
+        raise InputError(f"tiny model: heads {heads} is not divisible by kv_heads {kv_heads}; choose a divisor of "
+                         "heads")
     head_dim = hidden_size // heads
     if head_dim not in VLLM_CPU_HEAD_SIZES:
         raise InputError(f"tiny model: head_dim = hidden_size/heads = {head_dim} is not supported by vLLM's "
@@ -64,7 +66,7 @@ def build_tiny_model(out_dir: str | Path, *, hidden_size: int = 64, layers: int 
     from transformers import GenerationConfig, Qwen2ForCausalLM
 
     if warm_start_steps < 0:
-        raise InputError(f"tiny model: warm_start_steps must be >= 0, got {warm_start_steps}")
+        raise too_small("tiny model: warm_start_steps", warm_start_steps, 0)
     if not 0.0 <= warm_start_reverse_frac < 1.0:
         raise InputError(f"tiny model: warm-start reverse fraction must be in [0, 1), got {warm_start_reverse_frac}")
     out = Path(out_dir)
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="after building, sample 4 answers for each of N count prompts and print the reward")
     args = ap.parse_args(argv)
     if args.eval_prompts < 0:
-        ap.error("--eval-prompts must be >= 0")
+        ap.error(f"--eval-prompts {args.eval_prompts}: must be >= 0; pass 0 or more")
     if args.threads > 0:
         import torch
 

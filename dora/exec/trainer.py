@@ -117,7 +117,8 @@ class Trainer:
         self.fsdp = self.world > 1
         if self.fsdp:
             if self.device.type != "cuda":
-                raise InputError("FSDP2 needs CUDA devices (world size > 1 on CPU is not supported)")
+                raise InputError("FSDP2 needs CUDA devices (world size > 1 on CPU is not supported); run one trainer "
+                                 "process on CPU")
             self._shard(model)
         self.model = model
         self.model.train()
@@ -410,7 +411,7 @@ class Trainer:
             missing, unexpected = self.model.load_state_dict(weights, strict=False)
             if unexpected or [k for k in missing if not (self.tied and k == "lm_head.weight")]:
                 raise InputError(f"checkpoint {d}: weights do not fit the model (missing {missing[:3]}, "
-                                 f"unexpected {unexpected[:3]})")
+                                 f"unexpected {unexpected[:3]}); use the model it was written for")
             self.optimizer.load_state_dict(optim)
         state = json.loads((d / "trainer_state.json").read_text())
         self.version, self.steps = int(state["version"]), int(state["steps"])

@@ -21,7 +21,7 @@ import math
 import sys
 from pathlib import Path
 
-from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.errors import ArgumentParser, InputError, cli_errors, too_small
 from dora.eventlog import read_events
 from dora.limits import check_memory
 
@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> list[Path]:
             raise InputError("perfetto: give one event log (one trace file per run)")
         return [write_perfetto(read_events(args.inputs[0]), out)]
     if args.kind == "timeline":
-        if args.bins < 1 or args.max_rows < 1:
-            raise InputError("timeline: --bins and --max-rows must be >= 1")
+        for flag, n in (("--bins", args.bins), ("--max-rows", args.max_rows)):
+            if n < 1:
+                raise too_small(f"timeline: {flag}", n, 1)
         if args.window and not all(math.isfinite(t) for t in args.window):
             raise InputError(f"timeline: --window {args.window[0]:g} {args.window[1]:g}: give finite seconds T0 < T1")
         check_memory(f"timeline of {args.bins:,} bins", 64.0 * args.bins * (args.max_rows + 2),
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> list[Path]:
         return [plots.save(plots.length_cdf(args.inputs, title=args.title), out)]
     if args.kind == "sweep":
         return [plots.save(plots.sweep_plot(plots.read_sweep(args.inputs), x=args.x, y=args.y, title=args.title), out)]
-    raise InputError(f"unknown plot {args.kind!r}")
+    raise InputError(f"unknown plot {args.kind!r}; choose timeline, bubbles, staleness, lengths, sweep or perfetto")
 
 
 def main(argv: list[str] | None = None) -> int:

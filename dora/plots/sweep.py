@@ -53,6 +53,9 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+SOURCES = "pass the --out or --csv of python -m dora.sim sweep, or a dora.sim --json file"
+
+
 def read_sweep(paths) -> pd.DataFrame:
     """A tidy sweep table from parquet / CSV tables or dora.sim --json files (rows concatenated)."""
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
@@ -61,7 +64,7 @@ def read_sweep(paths) -> pd.DataFrame:
     frames = []
     for p in map(Path, paths):
         if not p.is_file():
-            raise InputError(f"sweep table {p}: file not found")
+            raise InputError(f"sweep table {p}: file not found; {SOURCES}")
         suf = p.suffix.lower()
         try:
             if suf == ".json":
@@ -93,7 +96,8 @@ def read_sweep(paths) -> pd.DataFrame:
         except InputError:
             raise
         except Exception as e:
-            raise InputError(f"sweep table {p}: not readable as {suf.lstrip('.')} ({type(e).__name__})") from None
+            raise InputError(f"sweep table {p}: not readable as {suf.lstrip('.')} ({type(e).__name__}); "
+                             f"{SOURCES}") from None
     out = pd.concat(frames, ignore_index=True)
     out.attrs["metrics"] = sorted({m for f in frames for m in f.attrs.get("metrics", [])})
     return out
@@ -144,10 +148,13 @@ def sweep_plot(table, x: str | None = None, y: str = "e2e_samples_per_s", title:
     tab = table if isinstance(table, pd.DataFrame) else read_sweep(table)
     for c in ("policy", y):
         if c not in tab.columns:
-            raise InputError(f"sweep table: column '{c}' missing; a sweep table has policy, the swept field and {y}")
+            fix = (f"choose a metric column with --y (columns: {', '.join(map(str, tab.columns[:12]))})" if c == y
+                   else f"pass a table from python -m dora.sim sweep (it has policy, the swept field and {y})")
+            raise InputError(f"sweep table: column '{c}' missing; {fix}")
     x = x or guess_x(tab, y)
     if x not in tab.columns:
-        raise InputError(f"sweep table: no column '{x}'; columns are {', '.join(map(str, tab.columns[:12]))}")
+        raise InputError(f"sweep table: no column '{x}'; choose the swept column with --x from "
+                         f"{', '.join(map(str, tab.columns[:12]))}")
     _check_finite(tab, y, numeric=True)
     _check_finite(tab, x, numeric=False)
     fig, ax = subplots(figsize=(8, 5))

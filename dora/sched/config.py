@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 
 
 @dataclass
@@ -22,7 +22,7 @@ class PartialConfig:
 
     def validate(self) -> None:
         if self.max_concurrent_groups < 0:
-            raise InputError(f"max_concurrent_groups: must be >= 0, got {self.max_concurrent_groups}")
+            raise too_small("max_concurrent_groups", self.max_concurrent_groups, 0)
 
 
 @dataclass
@@ -42,9 +42,9 @@ class LaminarConfig:
         if not 0 < self.repack_kv_fill <= 1:
             raise InputError(f"repack_kv_fill: must be in (0, 1], got {self.repack_kv_fill}")
         if self.repack_batch < 0:
-            raise InputError(f"repack_batch: must be >= 0 (0: the decode slots), got {self.repack_batch}")
+            raise too_small("repack_batch", self.repack_batch, 0, "(0: the decode slots)")
         if self.repack_interval_s <= 0:
-            raise InputError(f"repack_interval_s: must be > 0, got {self.repack_interval_s}")
+            raise too_small("repack_interval_s", self.repack_interval_s, 0, above=True)
 
 
 @dataclass
@@ -66,9 +66,9 @@ class DoraConfig:
         if not 0 <= self.repartition_load <= 1:
             raise InputError(f"repartition_load: must be in [0, 1], got {self.repartition_load}")
         if self.max_regenerations < 0:
-            raise InputError(f"max_regenerations: must be >= 0, got {self.max_regenerations}")
+            raise too_small("max_regenerations", self.max_regenerations, 0)
         if self.versions_per_instance < 1:
-            raise InputError(f"versions_per_instance: must be >= 1, got {self.versions_per_instance}")
+            raise too_small("versions_per_instance", self.versions_per_instance, 1)
 
 
 @dataclass
@@ -88,8 +88,8 @@ class PolicyConfig:
     def __post_init__(self) -> None:
         for name in self.sections:
             if name not in self.SECTION_TYPES:
-                raise InputError(f"{name}: no policy of that name has a config section "
-                                 f"(sections: {', '.join(self.SECTION_TYPES)})")
+                raise InputError(f"{name}: no policy of that name has a config section; choose from "
+                                 f"{', '.join(self.SECTION_TYPES)}")
         given = self.sections
         self.sections = {name: given[name] if given.get(name) is not None else cls()
                          for name, cls in self.SECTION_TYPES.items()}
@@ -108,8 +108,9 @@ class PolicyConfig:
 
     def validate(self) -> None:
         if self.eta < 0:
-            raise InputError(f"eta: must be >= 0 (staleness bound in versions), got {self.eta}")
+            raise too_small("eta", self.eta, 0, "(staleness bound in versions)")
         if self.batch_size < 1:
-            raise InputError(f"batch_size: must be >= 1 prompt group, got {self.batch_size}")
+            raise too_small("batch_size", self.batch_size, 1, "prompt group")
         if self.group_size < 0:
-            raise InputError(f"group_size: must be >= 1 (or 0 for the trace's), got {self.group_size}")
+            raise too_small("group_size", self.group_size, 1, "sample per prompt",
+                            fix="set it to 1 or more, or 0 for the trace's")

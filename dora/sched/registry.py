@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 from dora.sched.config import DoraConfig, LaminarConfig, PartialConfig, PolicyConfig, SyncConfig
 from dora.sched.policies.dora import DoraPolicy
 from dora.sched.policies.laminar import LaminarPolicy
@@ -54,14 +54,14 @@ def names() -> tuple[str, ...]:
 def check_run(policies: list[str], steps: int, pc: PolicyConfig) -> None:
     """Checks shared by both bodies' run configs: known policies, each once, enough steps, η for one_step."""
     if steps < 2:
-        raise InputError(f"steps: must be >= 2 (steady-state metrics exclude the first step), got {steps}")
+        raise too_small("steps", steps, 2, "(steady-state metrics exclude the first step)")
     if not policies:
         raise InputError("policies: name at least one policy")
     for p in policies:
         if p not in POLICIES:
             raise InputError(f"policy {p!r}: unknown; choose from {', '.join(POLICIES)}")
     if len(set(policies)) != len(policies):
-        raise InputError(f"policies: {policies} names a policy twice")
+        raise InputError(f"policies: {policies} names a policy twice; list each policy once")
     if "one_step" in policies and pc.eta < 1:
         raise InputError("eta: one_step trains every batch one version late, so it needs eta >= 1; "
                          "pass --eta 1 or more, or leave one_step out")

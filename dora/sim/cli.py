@@ -71,9 +71,10 @@ def _slots(text: str) -> int:
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of slots nor auto") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of slots nor auto; pass 1 or more, "
+                                         "or auto") from None
     if n < 1:
-        raise argparse.ArgumentTypeError(f"{n}: must be >= 1 decode slot, or auto")
+        raise argparse.ArgumentTypeError(f"{n}: must be >= 1 decode slot, or auto; pass 1 or more, or auto")
     return n
 
 

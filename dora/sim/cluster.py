@@ -275,8 +275,8 @@ class Cluster(Body):
         el = set(self.spec.elastic)
         for t, i in self.faults.fail_at:
             if not 0 <= int(i) < len(self.instances):
-                raise InputError(f"faults.fail_at: instance {int(i)} does not exist "
-                                 f"(the cluster has instances 0..{len(self.instances) - 1})")
+                raise InputError(f"faults.fail_at: instance {int(i)} does not exist; use an id in "
+                                 f"0..{len(self.instances) - 1}")
             self._fail_later(float(t), int(i))
         if self.faults.mtbf_s > 0:
             for inst in self.instances:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 from dora.sched.config import PolicyConfig
 from dora.sched.registry import check_run, names as policy_names
 from dora.sim.cost import CostModel
@@ -28,20 +28,22 @@ class ClusterConfig:
 
     def validate(self) -> None:
         if self.instances < 1:
-            raise InputError(f"instances: must be >= 1 rollout instance, got {self.instances}")
+            raise too_small("instances", self.instances, 1, "rollout instance")
         if self.devices_per_instance < 1:
-            raise InputError(f"devices_per_instance: must be >= 1, got {self.devices_per_instance}")
+            raise too_small("devices_per_instance", self.devices_per_instance, 1)
         if self.max_seqs < 0:
-            raise InputError(f"max_seqs: must be >= 1 decode slot (0: derived from memory), got {self.max_seqs}")
+            raise too_small("max_seqs", self.max_seqs, 1, "decode slot",
+                            fix="set it to 1 or more, or 0 to derive it from memory")
         from dora.sim.presets import HARDWARE, MODELS
 
         if self.hardware not in HARDWARE or self.model not in MODELS:
             raise InputError(f"hardware/model: {self.hardware!r} x {self.model!r} unknown; choose from "
                              f"{', '.join(HARDWARE)} and {', '.join(MODELS)}")
         if self.kv_tokens < 2 and self.kv_tokens != 0:
-            raise InputError(f"kv_tokens: must be >= 2 (0: derived from memory), got {self.kv_tokens}")
+            raise too_small("kv_tokens", self.kv_tokens, 2, "tokens",
+                            fix="set it to 2 or more, or 0 to derive it from memory")
         if self.trainer_devices < 1:
-            raise InputError(f"trainer_devices: must be >= 1, got {self.trainer_devices}")
+            raise too_small("trainer_devices", self.trainer_devices, 1)
 
 
 @dataclass

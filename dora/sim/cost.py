@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 from dora.sched.costs import DecodeCost
 
 
@@ -75,13 +75,16 @@ class CostModel:
             if not 0 <= v <= MAX_COEF:
                 raise InputError(f"{name}: must be in [0, {MAX_COEF:g}], got {v}")
         if 0 < self.host_cores < MIN_CORES:
-            raise InputError(f"host_cores: 0 (devices of their own) or at least {MIN_CORES} cores, got {self.host_cores}")
+            raise InputError(f"host_cores: must be 0 (devices of their own) or at least {MIN_CORES} cores, got "
+                             f"{self.host_cores}; set it to 0 or to {MIN_CORES} or more")
         if not 0 <= self.expert_touch <= 1:
             raise InputError(f"expert_touch: must be in [0, 1] (top_k / experts), got {self.expert_touch}")
         if self.decode_base_s + self.decode_per_seq_s <= 0:
-            raise InputError("decode_base_s + decode_per_seq_s: must be > 0 (a decode step takes time)")
+            raise InputError("decode_base_s + decode_per_seq_s: must be > 0 (a decode step takes time); set either "
+                             "above 0")
         if self.moe_imbalance_cv < 0 and self.moe_imbalance_cv != -1.0:
-            raise InputError(f"moe_imbalance_cv: must be >= 0 or -1 (from trace), got {self.moe_imbalance_cv}")
+            raise too_small("moe_imbalance_cv", self.moe_imbalance_cv, 0,
+                            fix="set it to 0 or more, or -1 to take it from the trace")
 
     def weights_s(self, n: int) -> float:
         """Weight-read time of one forward pass over n sequences of one version."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 
 
 @dataclass
@@ -38,25 +38,26 @@ class FaultConfig:
 
     def validate(self) -> None:
         if self.mtbf_s < 0:
-            raise InputError(f"mtbf_s: must be >= 0 (0 = no drawn failures), got {self.mtbf_s}")
+            raise too_small("mtbf_s", self.mtbf_s, 0, "(0 = no drawn failures)")
         if self.repair_s <= 0:
-            raise InputError(f"repair_s: must be > 0 seconds, got {self.repair_s}")
+            raise too_small("repair_s", self.repair_s, 0, "seconds", above=True)
         for k, item in enumerate(self.fail_at):
             if not isinstance(item, (list, tuple)) or len(item) != 2:
                 raise InputError(f"fail_at[{k}]: expected [time_s, instance], got {item!r}")
             t, i = item
             if t < 0 or i < 0 or i != int(i):
-                raise InputError(f"fail_at[{k}]: need time_s >= 0 and an instance id >= 0, got {item!r}")
+                raise InputError(f"fail_at[{k}]: expected [time_s >= 0, instance id >= 0], got {item!r}")
         if not 0 <= self.straggler_fraction <= 1:
             raise InputError(f"straggler_fraction: must be in [0, 1], got {self.straggler_fraction}")
         if self.straggler_slowdown < 1:
-            raise InputError(f"straggler_slowdown: must be >= 1, got {self.straggler_slowdown}")
+            raise too_small("straggler_slowdown", self.straggler_slowdown, 1)
         if not 0 <= self.load_fail_prob < 1:
             raise InputError(f"load_fail_prob: must be in [0, 1), got {self.load_fail_prob}")
         if any((not isinstance(t, (int, float))) or t < 0 for t in self.trainer_restart_at):
-            raise InputError(f"trainer_restart_at: times must be >= 0, got {self.trainer_restart_at}")
+            raise InputError(f"trainer_restart_at: times must be >= 0, got {self.trainer_restart_at}; give times of 0 "
+                             "seconds or more")
         if self.trainer_restart_s <= 0:
-            raise InputError(f"trainer_restart_s: must be > 0 seconds, got {self.trainer_restart_s}")
+            raise too_small("trainer_restart_s", self.trainer_restart_s, 0, "seconds", above=True)
 
 
 class FaultDraws:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 
 
 @dataclass
@@ -28,7 +28,7 @@ class ImbalanceConfig:
 
     def validate(self) -> None:
         if not self.redraw_s >= 0:
-            raise InputError(f"redraw_s: must be >= 0 seconds (0 = fixed factors), got {self.redraw_s}")
+            raise too_small("redraw_s", self.redraw_s, 0, "seconds (0 = fixed factors)")
         if not -1 < self.rho < 1:
             raise InputError(f"rho: must be in (-1, 1), got {self.rho}")
 

@@ -68,12 +68,12 @@ class Sizing:
     def line(self, hw: str, model: str, k: int, given_slots: int = 0) -> str:
         """The derivation, one line; `given_slots`: the user's decode slots, shown beside the derived."""
         d = self.per_device_gb
-        slots = (f"decode slots {given_slots} as given (from memory: {self.max_seqs}" if given_slots
-                 else f"decode slots {self.max_seqs} (")
+        derived = (f"{self.max_seqs} = min(vLLM max_num_seqs {self.cap}, {self.kv_tokens:,} / "
+                   f"{self.mean_context:,.0f} mean context tokens)")
+        slots = f"{given_slots} as given (from memory: {derived})" if given_slots else derived
         return (f"memory ({hw} x {k}, {model}): per device {d['usable']:.1f} GB usable - {d['weights']:.1f} weights - "
                 f"{d['activations']:.1f} activations = {d['kv']:.1f} GB of KV -> {self.kv_tokens:,} KV tokens per "
-                f"instance; {slots} = min(vLLM max_num_seqs {self.cap}, {self.kv_tokens:,} / "
-                f"{self.mean_context:,.0f} mean context tokens))")
+                f"instance; decode slots {slots}")
 
 
 def kv_tokens(hw: Hardware, model: Model, k: int) -> tuple[int, dict]:

@@ -38,7 +38,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.errors import ArgumentParser, InputError, cli_errors, too_small
 from dora.io import check_output, write_text
 from dora.sim.cost import CostModel
 
@@ -193,7 +193,8 @@ def derivation(hardware: str, model: str, devices_per_instance: int = 0) -> tupl
     """[(coefficient, value, formula with its inputs)] in CostModel order, and the cluster hints."""
     hw, m = lookup(hardware, model)
     if devices_per_instance < 0:
-        raise InputError(f"devices_per_instance: must be >= 1 (0 = smallest that fits), got {devices_per_instance}")
+        raise too_small("devices_per_instance", devices_per_instance, 1,
+                        fix="pass --devices-per-instance 1 or more, or 0 for the smallest that fits")
     k = devices_per_instance or instance_devices(hw, m)
     if m.params_b * 2 > 0.9 * hw.memory_gb * k:
         raise InputError(f"devices_per_instance: {k} x {hw.name} ({hw.memory_gb:g} GB) cannot hold {m.name} "

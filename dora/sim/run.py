@@ -11,7 +11,7 @@ import numpy as np
 
 from dora.body import RunResult, run_info as body_run_info
 from dora.config import to_dict
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 from dora.eventlog import EventLog
 from dora.limits import check_memory, check_time
 from dora.metrics import compute_metrics
@@ -68,7 +68,7 @@ def check_fits(cfg: SimConfig, trace: Trace) -> None:
         raise InputError(f"kv_tokens: {c.kv_tokens} per instance cannot hold the longest trajectory of {trace.path} "
                          f"({need} tokens); raise cluster.kv_tokens to at least {need}")
     if G < 1:
-        raise InputError(f"group_size: {G} is not >= 1")
+        raise too_small("group_size", G, 1, fix="set policy.group_size to 1 or more, or 0 for the trace's")
     if c.instances * c.max_seqs < G:
         raise InputError(f"cluster: {c.instances} instances x {c.max_seqs} decode slots cannot hold one group of "
                          f"{G} samples at once; raise cluster.max_seqs or cluster.instances")

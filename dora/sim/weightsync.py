@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from dora.errors import InputError
+from dora.errors import too_small
 from dora.sim.cost import CostModel
 
 
@@ -43,12 +43,12 @@ class WeightSyncConfig:
 
     def validate(self) -> None:
         if self.pull_streams < 0:
-            raise InputError(f"pull_streams: must be >= 0 (0 = unlimited), got {self.pull_streams}")
+            raise too_small("pull_streams", self.pull_streams, 0, "(0 = unlimited)")
         for name in ("broadcast_level_s", "swap_s", "relay_hop_s", "relay_local_s"):
             if not getattr(self, name) >= 0:
-                raise InputError(f"{name}: must be >= 0 seconds, got {getattr(self, name)}")
+                raise too_small(name, getattr(self, name), 0, "seconds")
         if self.relay_fanout < 1:
-            raise InputError(f"relay_fanout: must be >= 1 instance per relay, got {self.relay_fanout}")
+            raise too_small("relay_fanout", self.relay_fanout, 1, "instance per relay")
 
 
 class WeightSync:

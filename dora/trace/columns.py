@@ -100,6 +100,9 @@ def explode(frame: pd.DataFrame, where: Where, src: str, names: dict[str, str]) 
     return pd.DataFrame(out), rows, element
 
 
+WHOLE = "fix the cell (lengths, steps and ids are whole numbers)"
+
+
 def integers(s: pd.Series, err: ColumnError, minimum: int, fix_min: str, limit: int = INT32_MAX) -> np.ndarray:
     """The column as int64: whole numbers (12 or 12.0), none missing, each in [minimum, limit]."""
     if s.dtype.kind in "iu":
@@ -114,18 +117,20 @@ def integers(s: pd.Series, err: ColumnError, minimum: int, fix_min: str, limit: 
             i = int(missing[0])
             if pd.isna(vals[i]):
                 raise err(i, "is missing", "fill the cell or drop the row")
-            raise err(i, f"value {vals[i]!r} is not an integer", "lengths, steps and ids are whole numbers")
+            raise err(i, f"value {vals[i]!r} is not an integer", WHOLE)
         frac = np.flatnonzero(num != np.floor(num))
         if len(frac):
             i = int(frac[0])
-            raise err(i, f"value {vals[i]!r} is not an integer", "lengths, steps and ids are whole numbers")
+            raise err(i, f"value {vals[i]!r} is not an integer", WHOLE)
         big = np.flatnonzero(np.abs(num) > min(limit, 2**53))
         if len(big):
-            raise err(int(big[0]), f"value {vals[int(big[0])]!r} is too large", f"values must be at most {limit:,}")
+            raise err(int(big[0]), f"value {vals[int(big[0])]!r} is too large",
+                      f"fix the cell (values must be at most {limit:,})")
         arr = num.astype(np.int64)
     big = np.flatnonzero(np.abs(arr) > limit)
     if len(big):
-        raise err(int(big[0]), f"value {arr[int(big[0])]} is too large", f"values must be at most {limit:,}")
+        raise err(int(big[0]), f"value {arr[int(big[0])]} is too large",
+                  f"fix the cell (values must be at most {limit:,})")
     bad = np.flatnonzero(arr < minimum)
     if len(bad):
         i = int(bad[0])

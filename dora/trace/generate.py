@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 from dora.limits import check_memory
 from dora.trace.schema import write_trace
 
@@ -85,13 +85,13 @@ class TraceParams:
     def validate(self) -> None:
         for name in ("steps", "prompts_per_step", "group_size", "prompt_max", "max_len"):
             if getattr(self, name) < 1:
-                raise InputError(f"{name}: must be >= 1, got {getattr(self, name)}")
+                raise too_small(name, getattr(self, name), 1)
         for name in ("prompt_median", "median", "tail_start", "tail_alpha"):
             if not getattr(self, name) > 0:
-                raise InputError(f"{name}: must be > 0, got {getattr(self, name)}")
+                raise too_small(name, getattr(self, name), 0, above=True)
         for name in ("prompt_sigma", "sigma", "drift", "moe_imbalance_cv", "tail_coupling"):
             if getattr(self, name) < 0:
-                raise InputError(f"{name}: must be >= 0, got {getattr(self, name)}")
+                raise too_small(name, getattr(self, name), 0)
         if not 0 <= self.rho <= 1:
             raise InputError(f"rho: must be in [0, 1], got {self.rho}")
         if not 0 <= self.tail_prob <= 1:
@@ -99,7 +99,8 @@ class TraceParams:
         if not 0 <= self.mix_share <= 1:
             raise InputError(f"mix_share: must be in [0, 1], got {self.mix_share}")
         if self.mix_share > 0 and not self.mix_median > 0:
-            raise InputError(f"mix_median: must be > 0 with mix_share > 0, got {self.mix_median}")
+            raise too_small("mix_median", self.mix_median, 0, "with mix_share > 0", above=True,
+                            fix="set it above 0, or mix_share to 0")
         if not 1 <= self.turns_mean <= self.max_len:
             raise InputError(f"turns_mean: must be in [1, max_len] (1 = one turn, no tool calls), "
                              f"got {self.turns_mean}")
@@ -108,7 +109,7 @@ class TraceParams:
         for name in ("mix_median", "tool_wait_s_median", "tool_wait_sigma", "tool_tokens_median",
                      "tool_tokens_sigma"):
             if getattr(self, name) < 0:
-                raise InputError(f"{name}: must be >= 0, got {getattr(self, name)}")
+                raise too_small(name, getattr(self, name), 0)
         rows = float(self.steps) * self.prompts_per_step * self.group_size
         check_memory(f"trace of {rows:,.0f} trajectories", rows * BYTES_PER_ROW,
                      "lower steps, prompts_per_step or group_size")

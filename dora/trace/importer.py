@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 from dora.trace.columns import INT32_MAX, ColumnError, explode, floats, integers, labels, prompt_ids
 from dora.trace.generate import TraceParams
 from dora.trace.schema import TURN_COLUMNS, write_trace
@@ -43,7 +43,7 @@ IMPORTER = "dora.trace.import/1"
 TARGETS = ("prompt_id", "sample_idx", "prompt_len", "response_len", "step", "finish_reason", "reward", *TURN_COLUMNS)
 DEFAULT_PROMPT_LEN = int(TraceParams.prompt_median)  # the generator's default prompt median (300)
 VERL_MAP = {"prompt_id": "input", "prompt_len": "input", "response_len": "output", "step": "step", "reward": "score"}
-LENGTH_FIX = "a length is a token count of at least 1"
+LENGTH_FIX = "fix or drop the row (a length is a token count of at least 1)"
 
 
 @dataclass
@@ -86,11 +86,11 @@ def _check_options(o: ImportOptions, fmt: str) -> None:
     if out.exists() and o.src.exists() and out.resolve() == o.src.resolve():
         raise InputError(f"-o {out}: is the source file; write the trace to another path")
     if o.group_size is not None and o.group_size < 1:
-        raise InputError(f"--group-size {o.group_size}: must be >= 1 sample per group")
+        raise too_small("--group-size", o.group_size, 1, "sample per group")
     if o.prompt_len is not None and o.prompt_len < 1:
-        raise InputError(f"--prompt-len {o.prompt_len}: must be >= 1 token")
+        raise too_small("--prompt-len", o.prompt_len, 1, "token")
     if o.max_len is not None and o.max_len < 1:
-        raise InputError(f"--max-len {o.max_len}: must be >= 1 token")
+        raise too_small("--max-len", o.max_len, 1, "token")
     if fmt == "verl":
         if o.mapping:
             raise InputError("--map: does not apply to --format verl, which reads verl's own fields "
@@ -99,7 +99,8 @@ def _check_options(o: ImportOptions, fmt: str) -> None:
             raise InputError("--format verl: verl's dump holds text; pass --tokenizer PATH (the local tokenizer "
                              "directory or tokenizer.json of the model that generated it) to count its tokens")
     elif o.tokenizer is not None:
-        raise InputError(f"--tokenizer: only --format verl holds text to count; {fmt} holds lengths already")
+        raise InputError(f"--tokenizer: only --format verl holds text to count; {fmt} holds lengths already, so drop "
+                         "--tokenizer")
     if "prompt_len" in o.mapping and o.prompt_len is not None:
         raise InputError("--prompt-len with --map prompt_len=...: choose one (a column or one length for all)")
 
@@ -109,8 +110,8 @@ def _mapped(src: Source, o: ImportOptions, label: str) -> dict[str, str]:
     cols = src.names
     for target, source in o.mapping.items():
         if source not in cols:
-            raise InputError(f"--map {target}={source}: {label} has no column '{source}' (its columns: "
-                             f"{', '.join(cols) or 'none'})")
+            raise InputError(f"--map {target}={source}: {label} has no column '{source}'; map one of its columns: "
+                             f"{', '.join(cols) or 'none'}")
     used = dict(o.mapping)
     for target in TARGETS:
         if target not in used and target in cols and target not in used.values():
@@ -134,7 +135,7 @@ def _verl_frame(src: Source, o: ImportOptions, label: str) -> tuple[pd.DataFrame
         if len(bad):
             i = int(bad[0])
             raise InputError(f"import {label}: {src.where(i)}: field '{name}' is {vals[i]!r}, not text; "
-                             "verl writes the decoded prompt and response as strings")
+                             "pass verl's own dump (it writes the decoded prompt and response as strings)")
         cols[name] = list(vals)
     frame = pd.DataFrame({
         "prompt_id": np.array(cols["input"], dtype=object),
@@ -190,7 +191,7 @@ def import_trace(o: ImportOptions) -> dict:
     _check_options(o, fmt)
     src = read_source(o.src, fmt, {*TARGETS, *o.mapping.values()})
     if len(src.df) == 0:
-        raise InputError(f"import {label}: no rows (a header only); the file needs one row per sample or prompt")
+        raise InputError(f"import {label}: no rows (a header only); give a file with one row per sample or prompt")
     counter = None
     if fmt == "verl":
         frame, counter = _verl_frame(src, o, label)
@@ -227,7 +228,7 @@ def import_trace(o: ImportOptions) -> dict:
             warning = (f"dora.trace: warning: {label} has no prompt length column; every prompt_len is "
                        f"{plen} tokens (pass --prompt-len N, or --map prompt_len=COLUMN)")
     if "step" in frame.columns:
-        cols["step"] = integers(frame["step"], err("step"), 0, "steps count from 0 or 1")
+        cols["step"] = integers(frame["step"], err("step"), 0, "fix the row (steps count from 0 or 1)")
     if "finish_reason" in frame.columns:
         cols["finish_reason"] = labels(frame["finish_reason"], err("finish_reason"))
     if "reward" in frame.columns:
@@ -236,7 +237,8 @@ def import_trace(o: ImportOptions) -> dict:
     ids = prompt_ids(frame["prompt_id"], err("prompt_id"))
     order_key = np.arange(len(frame))
     if "sample_idx" in frame.columns:
-        order_key = integers(frame["sample_idx"], err("sample_idx"), 0, "sample indices count from 0")
+        order_key = integers(frame["sample_idx"], err("sample_idx"), 0,
+                               "fix the row (sample indices count from 0)")
     keys = [pd.Series(ids)] if "step" not in cols else [pd.Series(cols["step"]), pd.Series(ids)]
     gid = pd.DataFrame({i: k for i, k in enumerate(keys)}).groupby(list(range(len(keys))), sort=False).ngroup() \
         .to_numpy()
@@ -285,20 +287,22 @@ def _turn_columns(frame: pd.DataFrame, cols: dict[str, np.ndarray], err) -> None
         raise err(given[0])(None, "given without a turns column",
                             "map turns too (tool calls per trajectory = turns - 1), or leave it unmapped")
     if "turns" in given:
-        turns = integers(frame["turns"], err("turns"), 1, "a trajectory has at least one turn")
+        turns = integers(frame["turns"], err("turns"), 1, "fix or drop the row (a trajectory has at least one turn)")
         over = np.flatnonzero(turns > cols["response_len"])
         if len(over):
             i = int(over[0])
             raise err("turns")(i, f"value {turns[i]} is more than response_len {cols['response_len'][i]}",
-                               "each turn generates at least one token")
+                               "lower turns or drop the row (each turn generates at least one token)")
         cols["turns"] = turns
     if "tool_tokens" in given:
-        cols["tool_tokens"] = integers(frame["tool_tokens"], err("tool_tokens"), 0, "a tool call appends >= 0 tokens")
+        cols["tool_tokens"] = integers(frame["tool_tokens"], err("tool_tokens"), 0,
+                                        "fix or drop the row (a tool call appends >= 0 tokens)")
     if "tool_wait_s" in given:
         wait = floats(frame["tool_wait_s"], err("tool_wait_s"))
         neg = np.flatnonzero(wait < 0)
         if len(neg):
-            raise err("tool_wait_s")(int(neg[0]), f"value {wait[neg[0]]} is negative", "a tool call waits >= 0 s")
+            raise err("tool_wait_s")(int(neg[0]), f"value {wait[neg[0]]} is negative",
+                                       "fix or drop the row (a tool call waits >= 0 s)")
         cols["tool_wait_s"] = wait
 
 

@@ -104,12 +104,13 @@ def load_trace(path: str | Path) -> Trace:
         raise InputError(f"trace {p}: not a readable parquet file ({type(e).__name__}); "
                          "write traces with `python -m dora.trace generate` or pyarrow") from None
     if table.num_rows == 0:
-        raise InputError(f"bad trace {p}: the file has no rows; a trace needs one row per trajectory")
+        raise InputError(f"bad trace {p}: the file has no rows; write one row per trajectory (e.g. with "
+                         "`python -m dora.trace generate`)")
     names = set(table.column_names)
     for col in REQUIRED_COLUMNS:
         if col not in names:
             raise _bad(p, col, None, "missing",
-                       f"required columns are {', '.join(REQUIRED_COLUMNS)}")
+                       f"add it (required columns are {', '.join(REQUIRED_COLUMNS)})")
     cols: dict[str, np.ndarray] = {}
     for col, want in {**REQUIRED_COLUMNS, **{k: v for k, v in OPTIONAL_INT_COLUMNS.items() if k in names}}.items():
         arr = table.column(col)
@@ -138,13 +139,14 @@ def load_trace(path: str | Path) -> Trace:
         bad = np.flatnonzero(cols[col] < 1)
         if len(bad):
             r = int(bad[0])
-            raise _bad(p, col, r, f"value {int(cols[col][r])} is not >= 1", "lengths are token counts of at least 1")
+            raise _bad(p, col, r, f"value {int(cols[col][r])} is not >= 1",
+                       "fix or drop the row (lengths are token counts of at least 1)")
     for col in ("sample_idx", "step"):
         if col in cols:
             bad = np.flatnonzero(cols[col] < 0)
             if len(bad):
                 r = int(bad[0])
-                raise _bad(p, col, r, f"value {int(cols[col][r])} is negative", "indices start at 0")
+                raise _bad(p, col, r, f"value {int(cols[col][r])} is negative", "fix the row (indices start at 0)")
     _check_turns(p, cols, floats)
     finish = None
     if "finish_reason" in names:
@@ -201,19 +203,21 @@ def _check_turns(p: str, cols: dict[str, np.ndarray], floats: dict[str, np.ndarr
     bad = np.flatnonzero(turns < 1)
     if len(bad):
         r = int(bad[0])
-        raise _bad(p, "turns", r, f"value {int(turns[r])} is not >= 1", "a trajectory has at least one turn")
+        raise _bad(p, "turns", r, f"value {int(turns[r])} is not >= 1",
+                   "fix or drop the row (a trajectory has at least one turn)")
     bad = np.flatnonzero(turns > cols["response_len"])
     if len(bad):
         r = int(bad[0])
         raise _bad(p, "turns", r, f"value {int(turns[r])} is more than response_len {int(cols['response_len'][r])}",
-                   "each turn generates at least one token")
+                   "lower turns or drop the row (each turn generates at least one token)")
     for col, vals in (("tool_tokens", cols.get("tool_tokens")), ("tool_wait_s", floats.get("tool_wait_s"))):
         if vals is None:
             continue
         bad = np.flatnonzero(vals < 0)
         if len(bad):
             r = int(bad[0])
-            raise _bad(p, col, r, f"value {vals[r]} is negative", "tool calls take >= 0 seconds and tokens")
+            raise _bad(p, col, r, f"value {vals[r]} is negative",
+                       "fix or drop the row (tool calls take >= 0 seconds and tokens)")
 
 
 def _check_groups(p: str, prompt_id: np.ndarray, sample_idx: np.ndarray) -> None:
@@ -229,7 +233,8 @@ def _check_groups(p: str, prompt_id: np.ndarray, sample_idx: np.ndarray) -> None
         r = int(order[starts[k]])
         raise _bad(p, "prompt_id", r,
                    f"group {int(pid[starts[k]])} has {int(sizes[k])} samples but group {int(pid[0])} has {g}",
-                   "every prompt group needs the same number of samples (ragged groups are refused)")
+                   "give every prompt group the same number of samples, or drop the groups that differ "
+                   "(ragged groups are refused)")
     expect = np.tile(np.arange(g, dtype=sid.dtype), len(starts))
     bad = np.flatnonzero(sid != expect)
     if len(bad):

@@ -74,7 +74,8 @@ def source_files(src: Path, fmt: str) -> list[Path]:
     if not src.is_dir():
         return [src]
     if fmt not in ("verl", "jsonl"):
-        raise InputError(f"import {src}: is a directory; only --format verl or jsonl reads a directory (its *.jsonl)")
+        raise InputError(f"import {src}: is a directory; only --format verl or jsonl reads a directory (its *.jsonl), "
+                         "so pass one of them or name one file")
     files = [p for p in src.iterdir() if p.suffix == ".jsonl" and p.is_file()]
     if not files:
         raise InputError(f"import {src}: the directory has no *.jsonl files; point at verl's "
@@ -107,7 +108,7 @@ def read_source(src: Path, fmt: str, wanted: set[str] | None = None) -> Source:
 
 
 def _empty(f: Path) -> InputError:
-    return InputError(f"import {f}: the file is empty; it needs a header (CSV) or records, one per sample or prompt")
+    return InputError(f"import {f}: the file is empty; give a header (CSV) or records, one per sample or prompt")
 
 
 def _read_csv(f: Path) -> Source:
@@ -159,16 +160,16 @@ def _read_jsonl(files: list[Path], fmt: str) -> Source:
                 rec = json.loads(line)
             except ValueError as e:
                 raise InputError(f"import {f}: line {n}: malformed JSON ({_json_reason(e)}); "
-                                 "each line must be one complete JSON object") from None
+                                 "write each line as one complete JSON object") from None
             if not isinstance(rec, dict):
                 raise InputError(f"import {f}: line {n}: a JSON {type(rec).__name__}, not an object; "
-                                 'each line must be one JSON object such as {"prompt_id": 3, "response_len": 812}')
+                                 'write each line as one JSON object such as {"prompt_id": 3, "response_len": 812}')
             if fmt == "verl":
                 missing = [k2 for k2 in VERL_FIELDS if k2 not in rec]
                 if missing:
                     raise InputError(f"import {f}: line {n}: no '{missing[0]}' field; --format verl reads verl's "
                                      "rollout dump (trainer.rollout_data_dir), whose lines have "
-                                     f"{', '.join(VERL_FIELDS)} and score")
+                                     f"{', '.join(VERL_FIELDS)} and score: pass that dump, or another --format")
                 rec = {k2: rec[k2] for k2 in (*VERL_FIELDS, "score") if k2 in rec}
             records.append(rec)
             fidx.append(k)

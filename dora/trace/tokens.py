@@ -17,8 +17,8 @@ class TokenCounter:
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise InputError("--tokenizer: the 'tokenizers' package is not installed; pip install tokenizers "
-                             "(it counts the tokens of imported text)") from None
+            raise InputError("--tokenizer: the 'tokenizers' package is not installed; install it: pip install "
+                             "tokenizers (it counts the tokens of imported text)") from None
         p = Path(path)
         f = p / "tokenizer.json" if p.is_dir() else p
         if not f.is_file():

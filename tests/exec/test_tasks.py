@@ -87,7 +87,7 @@ def test_answer_extraction_helpers():
 
 def test_reward_registry():
     assert get_reward("count") is count_reward and get_reward("math") is math_reward
-    with pytest.raises(InputError, match="known rewards"):
+    with pytest.raises(InputError, match="unknown; choose from"):
         get_reward("nope")
 
     @register("test_len")

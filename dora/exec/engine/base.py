@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
-from dora.errors import InputError
+from dora.errors import InputError, too_small
 
 FinishReason = Literal["stop", "length", "abort"]
 LoadMode = Literal["drain", "interrupt"]
@@ -38,7 +38,7 @@ class SamplingConfig:
 
     def validate(self) -> None:
         if not self.temperature >= 0:
-            raise InputError(f"sampling.temperature: must be >= 0, got {self.temperature}")
+            raise too_small("sampling.temperature", self.temperature, 0)
         if not 0 < self.top_p <= 1:
             raise InputError(f"sampling.top_p: must be in (0, 1], got {self.top_p}")
 
@@ -135,13 +135,13 @@ class EngineConfig:
         if not self.model:
             raise InputError("engine.model: empty; pass a local checkpoint directory or a hub id")
         if self.max_num_seqs < 1:
-            raise InputError(f"engine.max_num_seqs: must be >= 1, got {self.max_num_seqs}")
+            raise too_small("engine.max_num_seqs", self.max_num_seqs, 1)
         if self.max_model_len < 2:
-            raise InputError(f"engine.max_model_len: must be >= 2, got {self.max_model_len}")
+            raise too_small("engine.max_model_len", self.max_model_len, 2)
         if self.cpu_threads < 0:
-            raise InputError(f"engine.cpu_threads: must be >= 0, got {self.cpu_threads}")
+            raise too_small("engine.cpu_threads", self.cpu_threads, 0)
         if self.kv_cache_bytes < 1:
-            raise InputError(f"engine.kv_cache_bytes: must be >= 1, got {self.kv_cache_bytes}")
+            raise too_small("engine.kv_cache_bytes", self.kv_cache_bytes, 1)
         if not 0 < self.gpu_memory_utilization <= 1:
             raise InputError(f"engine.gpu_memory_utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
 
@@ -271,7 +271,8 @@ class RolloutEngine(ABC):
         budget = len(req.prompt_ids) + req.max_new_tokens
         if budget > self.cfg.max_model_len:
             raise InputError(f"request {req.request_id!r}: prompt ({len(req.prompt_ids)}) + max_new_tokens "
-                             f"({req.max_new_tokens}) = {budget} exceeds engine max_model_len {self.cfg.max_model_len}")
+                             f"({req.max_new_tokens}) = {budget} exceeds engine max_model_len "
+                             f"{self.cfg.max_model_len}; lower max_new_tokens or raise max_model_len")
         with self._lock:
             self._check_open()
             with self._book:

@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with cli_errors("python -m dora.exec.engine.bench"):
         if any(n < 1 for n in args.concurrency) or args.tokens < 1 or args.prompt_len < 1:
-            raise InputError("--concurrency, --tokens and --prompt-len must be >= 1")
+            raise InputError(f"--concurrency, --tokens and --prompt-len: each must be >= 1, got {args.concurrency}, "
+                             f"{args.tokens}, {args.prompt_len}; pass 1 or more")
         with tempfile.TemporaryDirectory() as tmp:
             model = args.model
             if not model:

@@ -337,5 +337,5 @@ class HfEngine(RolloutEngine):
         for layer in layers:
             if type(layer).__name__ != "DynamicLayer":
                 raise InputError(f"hf engine: cache layer {type(layer).__name__} (sliding/other attention) is not "
-                                 "supported; the hf backend serves full-attention models")
+                                 "supported; use a full-attention model or --backend vllm")
         return layers

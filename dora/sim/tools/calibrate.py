@@ -39,7 +39,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import yaml
 
-from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.errors import ArgumentParser, InputError, cli_errors, too_small
 from dora.io import check_output, write_text
 from dora.profile import read_profile
 from dora.sim.cost import CostModel
@@ -128,9 +128,9 @@ def calibrate(profiles: list[dict], sources: list[str] | None = None,
     """Fit a CostModel to one or more profiles of the same backend (host_cores > 0: the engines
     and the trainer shared that many cores; the fits then see uncontended costs)."""
     if not profiles:
-        raise InputError("calibrate: no profile given")
+        raise InputError("calibrate: no profile given; pass one or more profiles written by dora.exec --profile-out")
     if not 0 <= host_cores < float("inf"):
-        raise InputError(f"calibrate --host-cores: must be >= 0, got {host_cores}")
+        raise too_small("calibrate --host-cores", host_cores, 0)
     backends = sorted({str(p.get("backend")) for p in profiles})
     if len(backends) > 1:
         raise InputError(f"calibrate: profiles mix backends {backends}; their decode timings mean different "

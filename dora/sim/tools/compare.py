@@ -20,7 +20,7 @@ import math
 import sys
 from pathlib import Path
 
-from dora.errors import ArgumentParser, InputError, cli_errors
+from dora.errors import ArgumentParser, InputError, cli_errors, too_small
 from dora.eventlog import read_events
 from dora.io import check_output, write_text
 from dora.metrics import compute_metrics
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             check_output(args.json, ("json",), "--json", "compare.json")
         if args.max_rel_err is not None and not args.max_rel_err >= 0:
-            raise InputError(f"--max-rel-err: must be >= 0, got {args.max_rel_err}")
+            raise too_small("--max-rel-err", args.max_rel_err, 0)
         res = compare_files(args.real, args.sim)
         print(table(res))
         if args.json:

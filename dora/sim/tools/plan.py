@@ -21,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with cli_errors("dora.sim plan"):
         if args.gpus is None:
-            raise InputError("plan: --gpus N is required (the devices to split between rollout and training)")
+            raise InputError("plan: --gpus N is required (the devices to split between rollout and training); give it, "
+                             "e.g. --gpus 16")
         run_command(args, show_search=True)
     return 0
 

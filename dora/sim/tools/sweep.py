@@ -45,7 +45,7 @@ from typing import Any, get_type_hints
 import pandas as pd
 import yaml
 
-from dora.config import build
+from dora.config import build, sections_of
 from dora.errors import ArgumentParser, InputError, cli_errors
 from dora.io import atomic_path, check_output, check_output_dir
 from dora.limits import check_time
@@ -123,12 +123,15 @@ def _config_key_ok(key: str) -> None:
     parts = key.split(".")
     for i, part in enumerate(parts):
         if not dataclasses.is_dataclass(cls):
-            raise InputError(f"--grid {key}: '{'.'.join(parts[:i])}' is a value, not a section")
-        hints = get_type_hints(cls)
-        names = [f.name for f in dataclasses.fields(cls) if f.init]
+            raise InputError(f"--grid {key}: '{'.'.join(parts[:i])}' is a value, not a section; name it alone, "
+                             f"e.g. --grid {'.'.join(parts[:i])}=1,2")
+        sections = sections_of(cls)  # PolicyConfig: policy.<name>.<key> (dora.config)
+        hints = {**get_type_hints(cls), **sections}
+        names = [f.name for f in dataclasses.fields(cls) if f.init and not (sections and f.name == "sections")]
+        names += list(sections)
         if part not in names:
             where = ".".join(parts[:i]) or "SimConfig"
-            raise InputError(f"--grid {key}: unknown key '{part}' in {where} (known: {', '.join(names)})")
+            raise InputError(f"--grid {key}: unknown key '{part}' in {where}; choose from {', '.join(names)}")
         cls = hints[part]
     if dataclasses.is_dataclass(cls):
         raise InputError(f"--grid {key}: is a section, not a value; name one of its keys, e.g. {key}."
@@ -150,11 +153,12 @@ def parse_axis(text: str, kind: str) -> Axis:
     lhs, rhs = text.split("=", 1)
     keys = tuple(k.strip() for k in lhs.split(","))
     if not all(keys):
-        raise InputError(f"{flag} {text!r}: empty key")
+        raise InputError(f"{flag} {text!r}: empty key; write KEY=V1,V2,..., e.g. {flag} "
+                         + ("cluster.instances=64,256" if kind == "config" else "tail_alpha=1.2,2"))
     for k in keys:
         (_config_key_ok if kind == "config" else _trace_key_ok)(k)
     if len(set(keys)) != len(keys):
-        raise InputError(f"{flag} {text!r}: a key appears twice")
+        raise InputError(f"{flag} {text!r}: a key appears twice; name each key once")
     tokens = [t.strip() for t in rhs.split(",")]
     if not rhs.strip() or not all(tokens):
         raise InputError(f"{flag} {text!r}: empty value; give comma-separated values, e.g. {lhs}=1,2")
@@ -167,7 +171,7 @@ def parse_axis(text: str, kind: str) -> Axis:
         raw.append(parts)
         values.append(tuple(_parse_value(p) for p in parts))
     if len(set(raw)) != len(raw):
-        raise InputError(f"{flag} {text!r}: a value appears twice")
+        raise InputError(f"{flag} {text!r}: a value appears twice; list each value once")
     return Axis(kind, keys, raw, values)
 
 

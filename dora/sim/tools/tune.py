@@ -31,7 +31,7 @@ from dataclasses import asdict, replace
 
 import yaml
 
-from dora.errors import InputError, cli_errors
+from dora.errors import InputError, cli_errors, too_small
 from dora.io import atomic_path, check_output, write_text
 from dora.limits import check_memory, check_time
 from dora.sim.config import SimConfig
@@ -170,15 +170,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.csv:
             check_output(args.csv, ("csv",), "--csv", "tune.csv")
         if not args.min_gain >= 0:
-            raise InputError(f"--min-gain: must be >= 0, got {args.min_gain}")
+            raise too_small("--min-gain", args.min_gain, 0)
         if args.budget < 0:
-            raise InputError(f"--budget: must be >= 0, got {args.budget}")
+            raise too_small("--budget", args.budget, 0)
         if args.max_versions_per_instance < 1:
-            raise InputError(f"--max-versions-per-instance: must be >= 1, got {args.max_versions_per_instance}")
+            raise too_small("--max-versions-per-instance", args.max_versions_per_instance, 1)
         base = resolve_config(args)
         eta_max = base.policy.eta if args.eta_max is None else args.eta_max
         if eta_max < 0:
-            raise InputError(f"--eta-max: must be >= 0, got {eta_max}")
+            raise too_small("--eta-max", eta_max, 0)
         trace = load_trace(base.trace)
         check_fits(base, trace)
         n = 1 + min(args.budget, search_space(eta_max, args.max_versions_per_instance))

@@ -64,6 +64,15 @@ def test_linked_keys_and_csv(small_trace, tmp_path):
     assert tab.loc[tab["cluster.instances"] == 4, "scaling_efficiency"].tolist() == pytest.approx([1.0, 1.0])
 
 
+def test_a_policy_section_key_is_a_grid_axis(small_trace, tmp_path):
+    out = tmp_path / "sweep.csv"
+    assert main(["--trace", str(small_trace), *BASE, "--grid", "policy.laminar.repack=true,false",
+                 "--policy", "laminar", "--jobs", "1", "--out", str(out)]) == 0
+    tab = pd.read_csv(out)
+    assert tab["policy.laminar.repack"].tolist() == [True, False]
+    assert tab.loc[0, "migrations"] > 0 and tab.loc[1, "migrations"] == 0  # repack moves; without it nothing does
+
+
 def test_trace_param_axis_generates_and_reuses(small_trace, tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "tail.parquet"
     argv = ["--trace", str(small_trace), *BASE, "--instances", "8", "--trace-param", "tail_alpha=1.1,3",
@@ -86,6 +95,8 @@ def test_trace_param_axis_generates_and_reuses(small_trace, tmp_path):
 @pytest.mark.parametrize("bad, needle", [
     (["--grid", "cluster.instancez=4,8"], "instancez"),
     (["--grid", "cluster=4"], "section"),
+    (["--grid", "policy.laminar.repak=true,false"], "repak"),
+    (["--grid", "policy.laminar=1"], "section"),
     (["--grid", "cluster.instances=0,8"], "instances"),
     (["--grid", "cluster.instances=four"], "integer"),
     (["--grid", "cluster.instances="], "empty value"),
