@@ -67,6 +67,7 @@ class Orchestrator(Rollout, Training, Recovery, Body):
         self.tok = tokenizer
         self.examples = examples
         self.progress = progress
+        self.kv_migration = False  # the engines can move a KV cache (asked when the run starts)
         from dora.exec.rewards import get_reward
         from dora.exec.tasks import tokenize_prompts
 
@@ -151,9 +152,11 @@ class Orchestrator(Rollout, Training, Recovery, Body):
         ray = self.ray  # Ray, or dora.exec.local_runtime.LocalRuntime
         specs = tuple(E.InstanceSpec(i, self.slots, self.cfg.rollout.max_model_len * self.slots, 1)
                       for i in range(len(self.engines)))
+        # every engine is of one backend: KV migration if they all can (hf: yes, vllm: no)
+        self.kv_migration = all(ray.get([e.kv_migration.remote() for e in self.engines]))
         self.t0 = time.perf_counter()
         self.t0_wall = wall_at(self.t0)
-        self.deliver(E.ClusterStarted(specs, 1))
+        self.deliver(E.ClusterStarted(specs, 1, kv_migration=self.kv_migration))
         idle_since = time.perf_counter()
         while self.version < self.cfg.steps:
             self._maybe_kill_instance()

@@ -3,8 +3,10 @@ what the engines hand back as events. A mixin of the orchestrator (`dora.exec.or
 it reads and writes the orchestrator's state.
 
   Dispatch     -> GenRequest to the engine (held there until its version is loaded)
-  Migrate      -> abort on the source, resume prompt + generated tokens on the destination
-                  (no KV transfer between engines yet: the re-prefill is logged)
+  Migrate      -> kv=True: export the trajectory with its KV cache from the source, import it
+                  on the destination (no re-prefill; engines with kv_migration only, else an
+                  error); kv=False: abort on the source, resume prompt + generated tokens on
+                  the destination (the re-prefill is logged)
   Abort        -> abort on the engine; its tokens are waste
   ReadKV       -> the engines' KV tokens in use (prompt + generated of running requests)
   LoadVersion  -> the trainer's weights for that version, loaded in-process ('drain' or
@@ -53,20 +55,27 @@ class Rollout:
         start_row(self.log, now, "dispatch", t, len(req.prompt_ids))
         self.engines[a.instance].submit.remote([req])
 
-    def _abort_on_engine(self, t: Tracked):
-        """The partial result of an aborted trajectory; None if it finished meanwhile; False if
-        its instance is dead (the main loop then handles the failure)."""
+    def _abort_on_engine(self, t: Tracked, export: bool = False):
+        """The partial result of an aborted trajectory (`export`: its KVState, with the KV cache);
+        None if it finished meanwhile; False if its instance is dead (the main loop then handles
+        the failure)."""
         inst = t.instance
         if inst in self.dead or inst in self.dying:
             return False
+        eng = self.engines[inst]
         try:
-            (part,) = self.ray.get(self.engines[inst].abort.remote([str(t.traj)]))
+            if export:
+                return self.ray.get(eng.export_kv.remote(str(t.traj)))
+            (part,) = self.ray.get(eng.abort.remote([str(t.traj)]))
         except self.dead_errors as e:
             self.dying[inst] = f"actor died ({type(e).__name__})"
             return False
         return part
 
     def _migrate(self, a: A.Migrate, now: float) -> None:
+        if a.kv:
+            self._migrate_kv(a)
+            return
         from dora.exec.engine import GenRequest
 
         t = self.live[a.traj]
@@ -84,6 +93,30 @@ class Rollout:
         start_row(self.log, now, "migrate_in", t, len(part.prompt_ids) + len(part.token_ids),
                   f"from {src} reprefill")
         self.engines[a.dst].submit.remote([req])
+        self.deliver(E.MigrationDone(a.traj, src, a.dst))
+
+    def _migrate_kv(self, a: A.Migrate) -> None:
+        """Move a trajectory with its KV cache: export on the source, import on the destination."""
+        if not self.kv_migration:
+            raise RuntimeError(
+                f"Migrate(traj={a.traj}, kv=True): the {self.cfg.rollout.backend} engines cannot move a KV cache, and "
+                f"ClusterStarted told the policy so (kv_migration=False); policy {self.name!r} must migrate with "
+                "kv=False there (check Policy.kv_migration), or run the hf backend")
+        t = self.live[a.traj]
+        src = t.instance
+        state = self._abort_on_engine(t, export=True)
+        if state is None or state is False:
+            return  # finished meanwhile (its result comes with the next poll), or its instance died
+        part = state.part
+        now = self.now()
+        self._end_segment(t, "migrate_out", len(part.token_ids), now, part.version, detail=f"to {a.dst}")
+        t.restart(now, a.dst, part.version, len(part.token_ids))
+        start_row(self.log, now, "migrate_in", t, len(part.prompt_ids) + len(part.token_ids), f"from {src} kv")
+        if a.dst not in self.dead and a.dst not in self.dying:
+            try:
+                self.ray.get(self.engines[a.dst].import_kv.remote(state))
+            except self.dead_errors as e:  # lost with its destination (the main loop handles the failure)
+                self.dying[a.dst] = f"actor died ({type(e).__name__})"
         self.deliver(E.MigrationDone(a.traj, src, a.dst))
 
     def _abort(self, a: A.Abort, now: float) -> None:

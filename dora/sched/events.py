@@ -27,12 +27,14 @@ class InstanceSpec:
 @dataclass(slots=True)
 class ClusterStarted:
     """First event of a run: the cluster's shape, the initial policy version and the costs the
-    body knows (None: the scheduler's defaults, scaled by what it learns)."""
+    body knows (None: the scheduler's defaults, scaled by what it learns). `kv_migration`: a
+    migration can ship the KV cache (False: every Migrate must have kv=False)."""
 
     instances: tuple[InstanceSpec, ...]
     trainer_devices: int
     version: int = 0  # weights loaded everywhere at t=0
     cost: DecodeCost | None = None
+    kv_migration: bool = True
 
 
 @dataclass(slots=True)

@@ -47,6 +47,7 @@ class Policy:
         self._training: list[GroupView] = []
         self.now = 0.0
         self._kv_wanted: set[int] = set()
+        self.kv_migration = True  # the body can move a KV cache (ClusterStarted says)
         self._handlers: dict[type, Callable[[Any], None]] = {
             E.ClusterStarted: self._cluster_started,
             E.GroupsSampled: self._groups_sampled,
@@ -280,6 +281,7 @@ class Policy:
             v.instances[spec.id] = InstView(spec.id, spec.max_seqs, spec.kv_tokens, spec.devices,
                                             versions={ev.version}, elastic=spec.elastic)
         v.trainer_devices = ev.trainer_devices
+        self.kv_migration = ev.kv_migration
         if ev.cost is not None:
             v.cost = ev.cost
         v.trainer_version = v.latest_version = ev.version

@@ -1,10 +1,10 @@
 """Rollout engines behind one interface (base.RolloutEngine): vLLM and transformers."""
 
 from dora.exec.engine.base import (EngineBusyError, EngineConfig, EngineStateLost, EngineStats, GenRequest, GenResult,
-                                   RolloutEngine, SamplingConfig)
+                                   KVState, RolloutEngine, SamplingConfig)
 
 __all__ = ["EngineBusyError", "EngineConfig", "EngineStateLost", "EngineStats", "GenRequest", "GenResult",
-           "RolloutEngine", "SamplingConfig", "make_engine"]
+           "KVState", "RolloutEngine", "SamplingConfig", "make_engine"]
 
 
 def make_engine(cfg: EngineConfig) -> RolloutEngine:

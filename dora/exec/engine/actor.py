@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dora.exec.engine import EngineConfig, GenRequest, GenResult, make_engine
+from dora.exec.engine import EngineConfig, GenRequest, GenResult, KVState, make_engine
 
 
 class EngineActor:
@@ -35,6 +35,16 @@ class EngineActor:
 
     def abort(self, request_ids: list[str]) -> list[GenResult | None]:
         return [self.engine.abort(r) for r in request_ids]
+
+    def kv_migration(self) -> bool:
+        """Whether this engine can move a request with its KV cache (export_kv / import_kv)."""
+        return self.engine.kv_migration
+
+    def export_kv(self, request_id: str) -> KVState | None:
+        return self.engine.export_kv(request_id)
+
+    def import_kv(self, state: KVState) -> None:
+        self.engine.import_kv(state)
 
     def peek(self, request_id: str) -> GenResult | None:
         return self.engine.peek(request_id)

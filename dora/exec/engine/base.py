@@ -111,6 +111,26 @@ class GenResult:
         return asdict(self)
 
 
+@dataclass
+class KVState:
+    """A trajectory leaving an engine with its KV cache (`export_kv`), to continue on another
+    engine of the same version without a re-prefill (`import_kv`).
+
+    `keys`/`values`: per layer, the row's cache without padding, CPU tensors [kv_heads, seq,
+    head_dim] with seq = prompt + generated - 1 (the last sampled token is not fed yet); None
+    when the request was still queued (nothing computed: the destination prefills it, as the
+    source would have). `rng`: the sampling generator's state and its device type."""
+
+    part: GenResult  # what it generated so far (finish_reason 'abort'), its version
+    max_new_tokens: int
+    sampling: SamplingConfig
+    stop_token_ids: tuple[int, ...] | None  # as the request gave them
+    stop: tuple[int, ...] | None  # the stop ids in force on the source (None: not started there)
+    keys: list[Any] | None
+    values: list[Any] | None
+    rng: tuple[str, Any] | None = None
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Engine knobs (YAML-loadable via dora.config). `model` is a local directory or hub id."""
@@ -239,6 +259,8 @@ class RolloutEngine(ABC):
     backend: str = ""
     #: whether a load that failed part-way can simply be tried again (else the engine is lost)
     reload_retryable: bool = True
+    #: whether a running request can leave with its KV cache (`export_kv` / `import_kv`)
+    kv_migration: bool = False
 
     def __init__(self, cfg: EngineConfig):
         cfg.validate()
@@ -323,6 +345,60 @@ class RolloutEngine(ABC):
             if res is not None:
                 self._count_stopped(req, res, aborted=True)
             return res
+
+    def export_kv(self, request_id: str) -> KVState | None:
+        """Stop a request and hand back its state with its KV cache (see KVState), to continue
+        on another engine with `import_kv`. None if unknown or finished (poll() has it)."""
+        self._need_kv("export_kv")
+        with self._lock:
+            with self._book:
+                held = self._held.pop(request_id, None)
+                if held is not None:  # waiting for its version: nothing computed, nothing to carry
+                    del self._reqs[request_id]
+                    self.stats.aborted += 1
+                    return KVState(new_live(held, held.version).result("abort"), held.max_new_tokens, held.sampling,
+                                   held.stop_token_ids, None, None, None)
+                req = self._reqs.get(request_id)
+            if req is None:
+                return None
+            state = self._export(request_id)
+            if state is not None:
+                self._count_stopped(req, state.part, aborted=True)
+            return state
+
+    def import_kv(self, state: KVState) -> None:
+        """Continue an exported request here from its KV cache, without running the model on its
+        prompt. Its version must be the one loaded here."""
+        self._need_kv("import_kv")
+        part = state.part
+        rid = part.request_id
+        req = GenRequest.resume(part, state.max_new_tokens, state.sampling, stop_token_ids=state.stop_token_ids)
+        req.validate()
+        if len(req.prompt_ids) + req.max_new_tokens > self.cfg.max_model_len:
+            raise InputError(f"import_kv {rid!r}: prompt ({len(req.prompt_ids)}) + max_new_tokens "
+                             f"({req.max_new_tokens}) exceeds engine max_model_len {self.cfg.max_model_len}")
+        with self._lock:
+            self._check_open()
+            with self._book:
+                if rid in self._reqs:
+                    raise ValueError(f"request {rid!r} is already running or queued on this engine")
+                if part.version != self._version or self._mixed:
+                    loaded = "no consistent version (a load failed)" if self._mixed else f"version {self._version}"
+                    raise ValueError(f"import_kv {rid!r}: its KV cache was computed by version {part.version}, this "
+                                     f"engine has {loaded} loaded; a KV cache moves only between engines serving "
+                                     "its version")
+                self._reqs[rid] = req
+            try:
+                self._import(state, req)
+            except BaseException:
+                with self._book:
+                    self._reqs.pop(rid, None)
+                raise
+
+    def _need_kv(self, call: str) -> None:
+        if not self.kv_migration:
+            raise NotImplementedError(f"{call}: the {self.backend} engine cannot move a KV cache "
+                                      "(kv_migration is False); migrate by abort + GenRequest.resume")
 
     def peek(self, request_id: str) -> GenResult | None:
         """A snapshot of a running request (finish_reason 'abort' as a placeholder), None if unknown."""
@@ -482,6 +558,14 @@ class RolloutEngine(ABC):
     @abstractmethod
     def _abort(self, request_id: str) -> GenResult | None:
         """Stop a running request; its partial result, or None if unknown/finished."""
+
+    def _export(self, request_id: str) -> KVState | None:
+        """Stop a running request and return its state with its KV cache (kv_migration backends)."""
+        raise NotImplementedError
+
+    def _import(self, state: KVState, req: GenRequest) -> None:
+        """Add an exported request as running from its KV cache (kv_migration backends)."""
+        raise NotImplementedError
 
     @abstractmethod
     def _load_tensors(self, items: list[tuple[str, Any]]) -> None:

@@ -6,6 +6,11 @@ merged into the running batch, finished or aborted ones leave it. The batch KV c
 transformers DynamicCache whose rows are left-padded to a common length; the 2-D attention
 mask hides the padding and position_ids carry each row's own positions. Logprobs are
 log_softmax of the raw logits (temperature 1, no top-p), as in the vLLM backend.
+
+KV migration: `export_kv` cuts a running row out of the batch cache (padding removed, to CPU)
+with its sampling state; `import_kv` queues it on another engine, where it joins the batch
+at the next step by merging its tensors into the cache (left-padded, mask and positions as
+for a prefilled row) without running the model on its context.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from dora.errors import InputError
-from dora.exec.engine.base import EngineConfig, GenRequest, GenResult, RolloutEngine, _Live, model_stop_ids, new_live
+from dora.exec.engine.base import (EngineConfig, GenRequest, GenResult, KVState, RolloutEngine, _Live, model_stop_ids,
+                                   new_live)
 from dora.exec.engine.weights import read_checkpoint
 
 
@@ -32,6 +38,7 @@ class _Row:
     temperature: float
     top_p: float
     stop: frozenset[int]
+    kv: tuple[list[Any], list[Any]] | None = None  # imported (keys, values) per layer until it joins the batch
 
 
 def resolve_device(device: str) -> str:
@@ -46,6 +53,7 @@ def resolve_device(device: str) -> str:
 
 class HfEngine(RolloutEngine):
     backend = "hf"
+    kv_migration = True
 
     def __init__(self, cfg: EngineConfig):
         super().__init__(cfg)
@@ -118,17 +126,92 @@ class HfEngine(RolloutEngine):
 
     def _abort(self, request_id: str) -> GenResult | None:
         with self._control():
-            with self._wake:
-                self._by_id.pop(request_id, None)
-                for row in self._inbox:
-                    if row.live.req.request_id == request_id:
-                        self._inbox.remove(row)
-                        return row.live.result("abort")
-            for i, row in enumerate(self._rows):
+            got = self._take(request_id, with_kv=False)
+            return None if got is None else got[0].live.result("abort")
+
+    def _take(self, request_id: str, with_kv: bool) -> tuple[_Row, list[Any] | None, list[Any] | None] | None:
+        """Remove a queued or running row (under `_control`); with_kv: also its cache (a queued
+        row: the cache it was imported with, or None)."""
+        with self._wake:
+            self._by_id.pop(request_id, None)
+            for row in self._inbox:
                 if row.live.req.request_id == request_id:
-                    self._drop_rows({i})
-                    return row.live.result("abort")
+                    self._inbox.remove(row)
+                    keys, values = row.kv if row.kv is not None and with_kv else (None, None)
+                    return row, keys, values
+        for i, row in enumerate(self._rows):
+            if row.live.req.request_id == request_id:
+                keys, values = self._row_kv(i) if with_kv else (None, None)
+                self._drop_rows({i})
+                return row, keys, values
         return None
+
+    def _export(self, request_id: str) -> KVState | None:
+        with self._control():
+            got = self._take(request_id, with_kv=True)
+            return None if got is None else self._state(*got)
+
+    def _state(self, row: _Row, keys: list[Any] | None, values: list[Any] | None) -> KVState:
+        live = row.live
+        return KVState(live.result("abort"), live.req.max_new_tokens, live.req.sampling, live.req.stop_token_ids,
+                       tuple(sorted(row.stop)), keys, values, (self.device.type, row.gen.get_state()))
+
+    def _row_kv(self, i: int) -> tuple[list[Any], list[Any]]:
+        """Row i's cache without its padding, on CPU: per layer [kv_heads, seq, head_dim]."""
+        live = self._rows[i].live
+        sel = self._mask[i].nonzero().view(-1)
+        n = len(live.req.prompt_ids) + len(live.token_ids) - 1
+        if len(sel) != n:
+            raise RuntimeError(f"hf engine: request {live.req.request_id!r} has {len(sel)} cached tokens, "
+                               f"expected prompt + generated - 1 = {n}")
+        layers = self._layers(self._cache)
+        return [la.keys[i][:, sel, :].cpu() for la in layers], [la.values[i][:, sel, :].cpu() for la in layers]
+
+    def _kv_shape(self) -> tuple[int, int, int]:
+        """(layers, kv_heads, head_dim) of the model's cache."""
+        c = self.model.config.get_text_config(decoder=True)
+        heads = c.num_attention_heads
+        kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+        return c.num_hidden_layers, kv_heads, head_dim
+
+    def _import(self, state: KVState, req: GenRequest) -> None:
+        import torch
+
+        if self._error is not None:
+            raise RuntimeError(f"hf engine stopped after an error: {self._error!r}")
+        part = state.part
+        live = _Live(req=req, version=part.version, token_ids=list(part.token_ids), logprobs=list(part.logprobs),
+                     versions=list(part.versions), reprefill=part.reprefill_tokens, t_submit=time.time())
+        kv = None
+        if state.keys is not None:
+            if state.values is None:
+                raise InputError(f"import_kv {req.request_id!r}: keys given without values")
+            layers, kv_heads, head_dim = self._kv_shape()
+            want = (kv_heads, len(req.prompt_ids) + len(live.token_ids) - 1, head_dim)
+            if len(state.keys) != layers or len(state.values) != layers:
+                raise InputError(f"import_kv {req.request_id!r}: {len(state.keys)} cache layers, the model has {layers}")
+            for t in (*state.keys, *state.values):
+                if tuple(t.shape) != want:
+                    raise InputError(f"import_kv {req.request_id!r}: a cache tensor has shape {tuple(t.shape)}, "
+                                     f"expected [kv_heads, prompt + generated - 1, head_dim] = {list(want)}")
+            kv = (list(state.keys), list(state.values))
+        gen = torch.Generator(device=self.device)
+        if state.rng is not None and state.rng[0] == self.device.type:
+            gen.set_state(state.rng[1])  # the same sampling stream as on the source
+        else:
+            s = req.sampling
+            gen.manual_seed(s.seed if s.seed is not None else self._seeds.randrange(2**63))
+        if state.stop is not None:
+            stop = frozenset(state.stop)
+        else:
+            stop = frozenset(req.stop_token_ids) if req.stop_token_ids is not None else self._stop
+        row = _Row(live=live, gen=gen, temperature=req.sampling.temperature, top_p=req.sampling.top_p, stop=stop,
+                   kv=kv)
+        with self._wake:
+            self._inbox.append(row)
+            self._by_id[req.request_id] = row
+            self._wake.notify()
 
     def _load_tensors(self, items: list[tuple[str, Any]]) -> None:
         import torch
@@ -196,6 +279,10 @@ class HfEngine(RolloutEngine):
             new = [self._inbox.popleft() for _ in range(min(room, len(self._inbox)))]
         prefill_tokens = 0
         with torch.no_grad():
+            moved = [r for r in new if r.kv is not None]
+            new = [r for r in new if r.kv is None]
+            if moved:
+                self._admit_kv(moved)
             if new:
                 prefill_tokens = self._prefill(new)
             if not self._rows:
@@ -251,6 +338,31 @@ class HfEngine(RolloutEngine):
         with self._book:
             self.stats.add_prefill((time.time(), len(new), tokens, dt))
         return tokens
+
+    def _admit_kv(self, rows: list[_Row]) -> None:
+        """Merge imported rows into the batch from their carried cache (no forward pass)."""
+        import torch
+        from transformers import DynamicCache
+
+        lens = [r.kv[0][0].shape[1] for r in rows]  # type: ignore[index]
+        n = max(lens)
+        layers, kv_heads, head_dim = self._kv_shape()
+        cache = DynamicCache(config=self.model.config)
+        for j in range(layers):
+            k = torch.zeros((len(rows), kv_heads, n, head_dim), dtype=self.dtype, device=self.device)
+            v = torch.zeros_like(k)
+            for i, r in enumerate(rows):
+                keys, values = r.kv  # type: ignore[misc]
+                k[i, :, n - lens[i]:, :] = keys[j].to(device=self.device, dtype=self.dtype)
+                v[i, :, n - lens[i]:, :] = values[j].to(device=self.device, dtype=self.dtype)
+            cache.update(k, v, j)
+        mask = torch.zeros((len(rows), n), dtype=torch.long, device=self.device)
+        now = time.time()
+        for i, r in enumerate(rows):
+            mask[i, n - lens[i]:] = 1
+            r.kv = None
+            r.live.t_first = now
+        self._merge(rows, cache, mask)
 
     def _sample(self, rows: list[_Row], logits: Any) -> set[int]:
         """Sample one token per row, record it with its raw logprob; indices of rows that finished."""

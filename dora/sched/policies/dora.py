@@ -16,7 +16,8 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
   its version that is predicted to finish last: alone on an instance a long-tail trajectory
   decodes several times faster than in a full batch (`spread_tails`).
 - Every migration ships the KV cache where that costs fewer sequence-seconds than
-  re-prefilling it on the destination (`DecodeCost.kv_pays`; `migrate_kv` off: never).
+  re-prefilling it on the destination (`DecodeCost.kv_pays`; never with `migrate_kv` off or when
+  the body cannot move KV: `ClusterStarted.kv_migration`).
 - Consolidation: when groups wait for slots, an old-version instance with at most
   `repartition_load` of its slots busy moves all its trajectories onto the
   busiest same-version peer that can take them while none of them becomes at risk, and
@@ -192,13 +193,14 @@ class DoraPolicy(StreamingPolicy):
 
     def move(self, traj: int, dst: InstView, residents: int) -> None:
         """Migrate `traj` to `dst` (which will hold `residents` others), with its KV cache where
-        that costs less than re-prefilling it there (`DecodeCost.kv_pays`; never: migrate_kv off)."""
+        that costs less than re-prefilling it there (`DecodeCost.kv_pays`; never: migrate_kv off or
+        no KV migration in this body)."""
         self.migrate(traj, dst, kv=self._kv(traj, dst, residents))
 
     def _kv(self, traj: int, dst: InstView, residents: int) -> bool:
         prog = self.prog
         ctx = prog.plen[traj] + prog.generated(traj, self.now)
-        return self.dc.migrate_kv and self.view.cost.kv_pays(ctx, residents, prog.f[dst.id])
+        return self.dc.migrate_kv and self.kv_migration and self.view.cost.kv_pays(ctx, residents, prog.f[dst.id])
 
     def abort(self, traj: int, reason: str) -> None:
         super().abort(traj, reason)
