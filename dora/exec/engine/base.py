@@ -290,11 +290,7 @@ class RolloutEngine(ABC):
     def submit(self, req: GenRequest) -> None:
         """Queue a request. Its version must be the loaded one or a later one (then it waits)."""
         req.validate()
-        budget = len(req.prompt_ids) + req.max_new_tokens
-        if budget > self.cfg.max_model_len:
-            raise InputError(f"request {req.request_id!r}: prompt ({len(req.prompt_ids)}) + max_new_tokens "
-                             f"({req.max_new_tokens}) = {budget} exceeds engine max_model_len "
-                             f"{self.cfg.max_model_len}; lower max_new_tokens or raise max_model_len")
+        self._check_fits(req, "request")
         with self._lock:
             self._check_open()
             with self._book:
@@ -374,9 +370,7 @@ class RolloutEngine(ABC):
         rid = part.request_id
         req = GenRequest.resume(part, state.max_new_tokens, state.sampling, stop_token_ids=state.stop_token_ids)
         req.validate()
-        if len(req.prompt_ids) + req.max_new_tokens > self.cfg.max_model_len:
-            raise InputError(f"import_kv {rid!r}: prompt ({len(req.prompt_ids)}) + max_new_tokens "
-                             f"({req.max_new_tokens}) exceeds engine max_model_len {self.cfg.max_model_len}")
+        self._check_fits(req, "import_kv")
         with self._lock:
             self._check_open()
             with self._book:
@@ -394,6 +388,14 @@ class RolloutEngine(ABC):
                 with self._book:
                     self._reqs.pop(rid, None)
                 raise
+
+    def _check_fits(self, req: GenRequest, what: str) -> None:
+        """InputError unless prompt + max_new_tokens fits the engine's max_model_len."""
+        budget = len(req.prompt_ids) + req.max_new_tokens
+        if budget > self.cfg.max_model_len:
+            raise InputError(f"{what} {req.request_id!r}: prompt ({len(req.prompt_ids)}) + max_new_tokens "
+                             f"({req.max_new_tokens}) = {budget} exceeds engine max_model_len "
+                             f"{self.cfg.max_model_len}; lower max_new_tokens or raise max_model_len")
 
     def _need_kv(self, call: str) -> None:
         if not self.kv_migration:
