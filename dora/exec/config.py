@@ -51,12 +51,15 @@ class TrainerConfig:
     threads: int = 0                 # torch CPU threads (0: torch's default); 1 when engines share the cores
     snapshot_every: int = 0          # save the weights of every k-th version to snapshot_dir/v{k} (0: never)
     snapshot_dir: str = ""           # for evaluation after the run (benchmarks/exec_speedup.py)
+    ranks: int = 1                   # trainer processes (Ray actors) in one torch.distributed group, FSDP2-sharded
 
     def validate(self) -> None:
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise InputError(f"betas: expected two numbers in [0, 1) (Adam beta1, beta2), got {list(self.betas)}")
         if self.threads < 0:
             raise too_small("threads", self.threads, 0)
+        if self.ranks < 1:
+            raise too_small("ranks", self.ranks, 1, "trainer process", fix="set it to 1 (one trainer) or more")
         if self.lr <= 0:
             raise too_small("lr", self.lr, 0, above=True)
         if not self.temperature > 0:

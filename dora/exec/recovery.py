@@ -108,7 +108,7 @@ class Recovery:
         t = self.now()
         _, _, rows, tokens = self.train_job
         step = self.version + 1
-        self.ray.kill(self.trainer)
+        self.trainer.kill()  # every rank: a new group replaces the whole group
         self.trainer = self.start_trainer()
         since = {v: self.batches[v] for v in range(self.ckpt_version + 1, step + 1)}
         fut = self.trainer.resume_and_step.remote(since, step)

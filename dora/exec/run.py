@@ -15,6 +15,7 @@ from dora.errors import InputError
 from dora.exec.orchestrator import Orchestrator
 from dora.exec.run_config import ExecConfig
 from dora.exec.trainer_actor import TrainerActor
+from dora.exec.trainer_group import TrainerGroup
 
 
 @dataclass
@@ -44,6 +45,7 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
     from dora.exec.tasks import examples_for_task
 
     examples = examples_for_task(cfg.task)
+    ranks = cfg.trainer.ranks
     if cfg.runtime == "local":
         from dora.exec.local_runtime import LocalActor, LocalRuntime
 
@@ -54,8 +56,8 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
         def start_engine(ecfg: EngineConfig, i: int):
             return LocalActor(EngineActor, ecfg, i, threads=4).wait_built()
 
-        def start_trainer(run_dir: Path):
-            return LocalActor(TrainerActor, cfg.model, cfg.trainer, str(run_dir)).wait_built()
+        def start_trainer(run_dir: Path):  # one rank (ExecConfig refuses more with runtime local)
+            return TrainerGroup([LocalActor(TrainerActor, cfg.model, cfg.trainer, str(run_dir)).wait_built()], ray)
     else:
         import ray
 
@@ -65,18 +67,22 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
             if cfg.ray_address:
                 ray.init(address=cfg.ray_address, log_to_driver=False)
             else:
-                ray.init(num_cpus=max(os.cpu_count() or 1, r.instances + 2), include_dashboard=False,
+                ray.init(num_cpus=max(os.cpu_count() or 1, r.instances + ranks + 1), include_dashboard=False,
                          log_to_driver=False)
-        # on a GPU box the engines and the trainer share the GPUs there are (fractions of one, or one each)
+        # on a GPU box the engines and the trainer's ranks share the GPUs there are (fractions of one, or one each)
         gpus = ray.cluster_resources().get("GPU", 0)
-        gpu = min(1.0, gpus / (r.instances + 1)) if gpus else 0
+        gpu = min(1.0, gpus / (r.instances + ranks)) if gpus else 0
+        if ranks > 1 and 0 < gpu < 1:
+            raise InputError(f"trainer.ranks: {ranks} NCCL ranks need a GPU each, and {gpus:g} GPUs for "
+                             f"{r.instances} engines + {ranks} ranks give {gpu:.2f}; lower trainer.ranks or "
+                             "rollout.instances, or add GPUs")
 
         def start_engine(ecfg: EngineConfig, i: int):
             return remote_engine(ecfg, instance=i, num_cpus=1, num_gpus=gpu)
 
         def start_trainer(run_dir: Path):
-            return ray.remote(TrainerActor).options(num_cpus=1, num_gpus=gpu).remote(cfg.model, cfg.trainer,
-                                                                                     str(run_dir))
+            return TrainerGroup.start(ray, TrainerActor, cfg.model, cfg.trainer, str(run_dir), ranks=ranks, num_cpus=1,
+                                      num_gpus=gpu)
     def engine_config(i: int) -> EngineConfig:
         return EngineConfig(model=cfg.model, backend=r.backend, device=r.device, dtype=r.dtype,
                             max_num_seqs=r.max_num_seqs, max_model_len=r.max_model_len, seed=cfg.seed + i,
@@ -90,6 +96,11 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
         ray.get([e.ready.remote() for e in engines])
         if progress:
             print(f"running {name}: {r.instances} {r.backend} engines + trainer ready", file=sys.stderr, flush=True)
+            if ranks > 1:
+                from dora.exec.trainer_group import backend_for
+
+                print(f"  trainer: {ranks} ranks in one {backend_for(cfg.trainer.device)} group, FSDP2-sharded",
+                      file=sys.stderr, flush=True)
         orch = Orchestrator(cfg, name, engines, trainer, tok, examples, progress, runtime=ray,
                             start_engine=lambda i: start_engine(engine_config(i), i),
                             start_trainer=lambda d=run_dir: start_trainer(d))
@@ -102,7 +113,7 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
             ray.get(orch.engines[i].close.remote())
         for e in orch.engines:
             ray.kill(e)
-        ray.kill(orch.trainer)
+        orch.trainer.kill()
         df = orch.log.to_frame().sort_values("t_s", kind="stable").reset_index(drop=True)
         df.attrs["run"] = orch.run_info
         metrics = compute_metrics(df, orch.run_info)

@@ -80,6 +80,9 @@ class ExecConfig:
             raise InputError(f"seed: must be in [0, 2^63), got {self.seed}")
         if self.runtime not in ("ray", "local"):
             raise InputError(f"runtime: {self.runtime!r} is not one of 'ray', 'local'")
+        if self.runtime == "local" and self.trainer.ranks > 1:
+            raise InputError(f"trainer.ranks: {self.trainer.ranks} trainer processes need Ray; the local runtime runs "
+                             "one: set --set trainer.ranks=1 or drop --local")
         if self.task.max_new_tokens >= self.rollout.max_model_len:
             raise InputError(f"task.max_new_tokens: {self.task.max_new_tokens} leaves no room for the prompt in "
                              f"rollout.max_model_len {self.rollout.max_model_len}; lower it or raise max_model_len")

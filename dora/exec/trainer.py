@@ -4,9 +4,16 @@
   stats = trainer.step(batch)          # batch: list[Trajectory] from the engines
   weights = trainer.state_dict_for_publish()
 
-fp32 on CPU. On CUDA: bf16 autocast over fp32 weights on one device; with torch.distributed
-initialised and world size > 1, FSDP2 (`fully_shard` per decoder layer, bf16 params, fp32
-reductions), each rank taking every world_size-th trajectory.
+What runs where: one Trainer per process. fp32 on CPU; on CUDA, bf16 autocast over fp32 weights
+on one device. With a torch.distributed group of world size N > 1 (trainer.ranks = N: N Ray
+actors formed into one gloo (CPU) or NCCL (CUDA) group by dora.exec.trainer_group), every rank
+builds a Trainer and FSDP2 shards it (dora.exec.trainer_dist: `fully_shard` per decoder layer
+and the root; on CPU fp32, on CUDA bf16 params and fp32 reductions). Every rank gets the whole
+batch and computes the GRPO advantages over all of it; of each minibatch (one optimizer step)
+a rank trains every N-th trajectory. The loss is a token mean over the whole minibatch (token
+counts are summed over the ranks), so the N-rank update is the 1-rank one; gradient clipping
+uses the global norm; the step's statistics are summed over the ranks. Full state dicts
+(publish, checkpoint) are gathered to rank 0, which alone writes files.
 Also here: `sft_warm_start` (supervised pass on the count task, used by dora.exec.tiny_model)
 and `hf_rollout` (sampling with transformers generate, for tests and measurements).
 """
@@ -27,6 +34,7 @@ from pathlib import Path
 import torch
 
 from dora.errors import InputError
+from dora.exec import trainer_dist
 from dora.exec.config import TrainerConfig
 from dora.exec.logprobs import forward_logprobs, token_budget_batches
 from dora.exec.losses import add_sums, grpo_advantages, ppo_loss, sequence_token_weights, summarize
@@ -68,12 +76,6 @@ def zero_variance_fraction(batch: list[Trajectory]) -> float:
     return sum(max(r) - min(r) < 1e-12 for r in sized) / len(sized) if sized else 0.0
 
 
-def _dist_world() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
 @dataclass
 class StalenessRecord:
     """Staleness of the trajectories consumed by one trainer step (trainer version - generating version)."""
@@ -93,7 +95,7 @@ class Trainer:
 
         self.cfg = cfg or TrainerConfig()
         self.model_path = str(model_path)
-        self.rank, self.world = _dist_world()
+        self.rank, self.world = trainer_dist.world()
         if self.cfg.device == "auto":
             self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:
@@ -114,12 +116,9 @@ class Trainer:
         if self.cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         model.to(self.device)
-        self.fsdp = self.world > 1
+        self.fsdp = self.world > 1  # FSDP2 over the group (CPU: gloo, CUDA: NCCL)
         if self.fsdp:
-            if self.device.type != "cuda":
-                raise InputError("FSDP2 needs CUDA devices (world size > 1 on CPU is not supported); run one trainer "
-                                 "process on CPU")
-            self._shard(model)
+            trainer_dist.shard(model, self.device, bf16=self.cfg.bf16 and self.device.type == "cuda")
         self.model = model
         self.model.train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr, betas=tuple(self.cfg.betas),
@@ -129,16 +128,6 @@ class Trainer:
         self.staleness: list[StalenessRecord] = []
 
     # --- device / precision -------------------------------------------------------------
-
-    def _shard(self, model: torch.nn.Module) -> None:
-        """FSDP2: shard each decoder layer, then the root; bf16 compute, fp32 gradient reduction."""
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if self.cfg.bf16 else torch.float32,
-                                  reduce_dtype=torch.float32)
-        for layer in model.model.layers:
-            fully_shard(layer, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
 
     def _autocast(self):
         if self.device.type == "cuda" and self.cfg.bf16 and not self.fsdp:
@@ -152,46 +141,55 @@ class Trainer:
         return token_budget_batches(lengths, self.cfg.micro_batch_tokens)
 
     def _sync_count(self, n: int, op) -> int:
-        if not self.fsdp:
-            return n
-        t = torch.tensor([n], device=self.device, dtype=torch.float64)
-        torch.distributed.all_reduce(t, op=op)
-        return int(t.item())
+        return int(trainer_dist.sum_over_ranks(n, self.device, op)) if self.fsdp else n
+
+    def _forward(self, seqs: list[Trajectory]) -> list[torch.Tensor]:
+        with self._autocast():
+            return forward_logprobs(self.model, [t.prompt_ids + t.response_ids for t in seqs],
+                                    [len(t.prompt_ids) for t in seqs], temperature=self.cfg.temperature)
 
     @torch.no_grad()
-    def proximal_logprobs(self, batch: list[Trajectory]) -> list[torch.Tensor]:
-        """Log-probs of each response under the current weights (pi_prox), fp32 on the device."""
+    def proximal_logprobs(self, batch: list[Trajectory], filler: Trajectory | None = None) -> list[torch.Tensor]:
+        """Log-probs of each response under the current weights (pi_prox), fp32 on the device.
+        FSDP: every rank runs as many forwards, on `filler` (default batch[0]) when it has run out."""
         self.model.eval()
         out: list[torch.Tensor | None] = [None] * len(batch)
         mbs = self._micro_batches(batch)
         n_mb = self._sync_count(len(mbs), torch.distributed.ReduceOp.MAX if self.fsdp else None)
         for k in range(n_mb):
-            mb = mbs[k] if k < len(mbs) else mbs[-1][:1]  # FSDP: every rank runs as many forwards
-            with self._autocast():
-                res = forward_logprobs(self.model, [batch[i].prompt_ids + batch[i].response_ids for i in mb],
-                                       [len(batch[i].prompt_ids) for i in mb], temperature=self.cfg.temperature)
-            if k < len(mbs):
-                for i, lp in zip(mb, res):
-                    out[i] = lp.float()
+            if k >= len(mbs):
+                self._forward([filler or batch[0]])
+                continue
+            for i, lp in zip(mbs[k], self._forward([batch[i] for i in mbs[k]])):
+                out[i] = lp.float()
         self.model.train()
         return out  # type: ignore[return-value]
 
     def _prepare(self, batch: list[Trajectory]):
-        """Advantages (whole batch), this rank's trajectories, their proximal and behaviour logprobs."""
+        """Advantages (whole batch); the minibatches (one optimizer step each: the same split on every
+        rank), of each this rank's share (every world-th trajectory) as indices into `mine`, this
+        rank's trajectories; their advantages, proximal and behaviour logprobs."""
         lc = self.cfg.loss
         rewards = torch.tensor([t.reward for t in batch], dtype=torch.float32)
         groups = torch.tensor([t.group_id for t in batch], dtype=torch.long)
         adv = grpo_advantages(rewards, groups, eps=lc.adv_eps, scale_by_std=lc.scale_adv_by_std)
-        local = list(range(self.rank, len(batch), self.world))  # this rank's trajectories
+        order = list(range(len(batch)))
+        random.Random(self.cfg.seed + self.steps).shuffle(order)
+        m = self.cfg.minibatches
+        shares = [sorted(order[k::m])[self.rank :: self.world] for k in range(m)]
+        local = sorted(i for share in shares for i in share)  # this rank's trajectories
+        at = {i: j for j, i in enumerate(local)}
         mine = [batch[i] for i in local]
-        prox = self.proximal_logprobs(mine)
+        prox = self.proximal_logprobs(mine, filler=batch[0])
         behav = [torch.tensor(t.behaviour_logprobs, dtype=torch.float32, device=self.device) for t in mine]
-        return rewards, adv[local], mine, prox, behav
+        return rewards, adv, [[at[i] for i in share] for share in shares], mine, adv[local], prox, behav
 
     def _backward(self, mine: list[Trajectory], items: list[int], adv: torch.Tensor,
-                  prox: list[torch.Tensor], behav: list[torch.Tensor]) -> tuple[dict[str, float], int]:
+                  prox: list[torch.Tensor], behav: list[torch.Tensor],
+                  filler: Trajectory) -> tuple[dict[str, float], int]:
         """Accumulate gradients of the loss over trajectories `items` (indices into mine), packed into
-        micro-batches of <= micro_batch_tokens; the loss is a token mean over all of them."""
+        micro-batches of <= micro_batch_tokens; the loss is a token mean over all of them (and over
+        every rank's items). FSDP: a rank that has run out runs zero-loss passes on `filler`."""
         lc = self.cfg.loss
         op = torch.distributed.ReduceOp
         seq_mean = lc.aggregation == "seq_mean_token_mean"
@@ -201,11 +199,11 @@ class Trainer:
         n_micro = self._sync_count(len(micro), op.MAX if self.fsdp else None)
         sums: dict[str, float] = {}
         for k in range(n_micro):
-            dummy = k >= len(micro)  # FSDP: every rank runs as many forward/backward passes
-            mb = micro[k] if not dummy else micro[-1][:1]
-            with self._autocast():
-                logp = forward_logprobs(self.model, [mine[i].prompt_ids + mine[i].response_ids for i in mb],
-                                        [len(mine[i].prompt_ids) for i in mb], temperature=self.cfg.temperature)
+            if k >= len(micro):  # FSDP: every rank runs as many forward/backward passes
+                (torch.cat(self._forward([filler])).sum() * 0.0).backward()
+                continue
+            mb = micro[k]
+            logp = self._forward([mine[i] for i in mb])
             logp_flat = torch.cat(logp).float()
             adv_flat = torch.cat([adv[i].expand(len(mine[i].response_ids)) for i in mb]).to(self.device)
             loss, s = ppo_loss(logp_flat, torch.cat([prox[i] for i in mb]), torch.cat([behav[i] for i in mb]),
@@ -215,10 +213,7 @@ class Trainer:
                                                                    self.device) if seq_mean else None)
             if self.fsdp:
                 loss = loss * self.world  # FSDP averages gradients over ranks; the loss is a global token mean
-            if dummy:
-                loss = loss * 0.0
-            else:
-                add_sums(sums, s)
+            add_sums(sums, s)
             loss.backward()
         return sums, n_micro
 
@@ -226,10 +221,10 @@ class Trainer:
         """Zero the gradients, then accumulate those of the whole batch as one minibatch (no optimizer
         step, version unchanged). For tests and inspection; `step` does the same per minibatch."""
         _validate_batch(batch)
-        _, adv, mine, prox, behav = self._prepare(batch)
+        _, _, _, mine, adv, prox, behav = self._prepare(batch)
         self.optimizer.zero_grad(set_to_none=True)
-        sums, _ = self._backward(mine, list(range(len(mine))), adv, prox, behav)
-        return summarize(sums)
+        sums, _ = self._backward(mine, list(range(len(mine))), adv, prox, behav, batch[0])
+        return summarize(trainer_dist.add_over_ranks(sums) if self.fsdp else sums)
 
     def step(self, batch: list[Trajectory]) -> dict[str, float]:
         """One training step on a batch of trajectories: returns statistics; version += 1.
@@ -238,10 +233,7 @@ class Trainer:
         _validate_batch(batch)
         t0 = time.perf_counter()
         record = self._record_staleness(batch)
-        rewards, adv, mine, prox, behav = self._prepare(batch)
-        order = list(range(len(mine)))
-        random.Random(self.cfg.seed + self.steps).shuffle(order)
-        minibatches = [sorted(order[k :: self.cfg.minibatches]) for k in range(self.cfg.minibatches)]
+        rewards, adv_all, minibatches, mine, adv, prox, behav = self._prepare(batch)
         sums: dict[str, float] = {}
         grad_norms = []
         micro_count = 0
@@ -252,7 +244,7 @@ class Trainer:
         for _epoch in range(self.cfg.ppo_epochs):
             for items in minibatches:
                 self.optimizer.zero_grad(set_to_none=True)
-                s, n = self._backward(mine, items, adv, prox, behav)
+                s, n = self._backward(mine, items, adv, prox, behav, batch[0])
                 add_sums(sums, s)
                 micro_count += n
                 grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)))
@@ -262,12 +254,12 @@ class Trainer:
         self.steps += 1
         if self.cfg.snapshot_every and self.version % self.cfg.snapshot_every == 0:
             self.save_weights(Path(self.cfg.snapshot_dir) / f"v{self.version}")
-        stats = summarize(sums)
+        stats = summarize(trainer_dist.add_over_ranks(sums) if self.fsdp else sums)
         n_resp = sum(len(t.response_ids) for t in batch)
         stats.update(
             version=float(self.version), trajectories=float(len(batch)),
             reward_mean=float(rewards.mean()), reward_std=float(rewards.std()) if len(batch) > 1 else 0.0,
-            adv_abs_mean=float(adv.abs().mean()), zero_var_groups=zero_variance_fraction(batch),
+            adv_abs_mean=float(adv_all.abs().mean()), zero_var_groups=zero_variance_fraction(batch),
             grad_norm=max(grad_norms), micro_batches=float(micro_count),
             response_tokens=float(n_resp), response_len_mean=n_resp / len(batch),
             staleness_mean=record.mean, staleness_max=float(record.max), lr=lr,
@@ -305,17 +297,13 @@ class Trainer:
     # --- weights out --------------------------------------------------------------------
 
     def _full_state_dict(self) -> dict[str, torch.Tensor]:
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-            return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return self.model.state_dict()
+        return trainer_dist.full_model_state(self.model) if self.fsdp else self.model.state_dict()
 
     def state_dict_for_publish(self, device: str | torch.device = "cpu",
                                dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
         """HF-named tensors of the current weights (a tied lm_head is left out, as in the checkpoint).
 
-        Under FSDP every rank must call this (it gathers); all ranks get the full tensors.
+        Under FSDP every rank must call this (it gathers to rank 0); the other ranks get {}.
         """
         out = {}
         for name, t in self._full_state_dict().items():
@@ -366,7 +354,7 @@ class Trainer:
                 raise ValueError(f"save_checkpoint: data state of version {data_state.get('version')} for trainer "
                                  f"version {self.version}")
             (tmp / "data_state.json").write_text(json.dumps(data_state, indent=1) + "\n")
-        state = {"version": self.version, "steps": self.steps, "model_path": self.model_path,
+        state = {"version": self.version, "steps": self.steps, "model_path": self.model_path, "world": self.world,
                  "staleness": [asdict(r) for r in self.staleness], "config": asdict(self.cfg)}
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1) + "\n")  # last: marks it complete
         old = _previous_dir(out)
@@ -379,10 +367,7 @@ class Trainer:
 
     def _optimizer_state(self) -> dict:
         if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-            return get_optimizer_state_dict(self.model, self.optimizer,
-                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            return trainer_dist.full_optimizer_state(self.model, self.optimizer)
         return self.optimizer.state_dict()
 
     def load_checkpoint(self, ckpt_dir: str | Path) -> None:
@@ -399,21 +384,20 @@ class Trainer:
             weights.update(load_file(str(f)))
         if self.tied and "lm_head.weight" not in weights:
             weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
+        state = json.loads((d / "trainer_state.json").read_text())
+        ranks = int(state.get("world", 1))
+        if (ranks > 1) != self.fsdp:  # the optimizer state of one rank and of several (FSDP) differ
+            raise InputError(f"checkpoint {d}: written by {ranks} trainer rank(s), resumed by {self.world}; set "
+                             + ("trainer.ranks=1" if ranks == 1 else "trainer.ranks to 2 or more"))
         optim = torch.load(d / "optimizer.pt", map_location="cpu", weights_only=False)
         if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                                 set_optimizer_state_dict)
-
-            opts = StateDictOptions(full_state_dict=True)
-            set_model_state_dict(self.model, weights, options=opts)
-            set_optimizer_state_dict(self.model, self.optimizer, optim, options=opts)
+            trainer_dist.load_full_state(self.model, self.optimizer, weights, optim)
         else:
             missing, unexpected = self.model.load_state_dict(weights, strict=False)
             if unexpected or [k for k in missing if not (self.tied and k == "lm_head.weight")]:
                 raise InputError(f"checkpoint {d}: weights do not fit the model (missing {missing[:3]}, "
                                  f"unexpected {unexpected[:3]}); use the model it was written for")
             self.optimizer.load_state_dict(optim)
-        state = json.loads((d / "trainer_state.json").read_text())
         self.version, self.steps = int(state["version"]), int(state["steps"])
         self.staleness = [StalenessRecord(r["trainer_version"], r["count"], r["mean"], r["max"],
                                           {int(k): v for k, v in r["histogram"].items()})

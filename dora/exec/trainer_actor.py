@@ -1,5 +1,7 @@
 """The trainer's actor: a Ray (or in-process) actor body around `dora.exec.trainer.Trainer`,
-with the checkpoint save / resume / re-train calls the executor's recovery uses."""
+with the checkpoint save / resume / re-train calls the executor's recovery uses. With world > 1
+it is one rank of `dora.exec.trainer_group.TrainerGroup`: its Trainer is built once it has
+joined the group (`join`); every rank answers every call, rank 0 alone writes files."""
 
 from __future__ import annotations
 
@@ -10,17 +12,45 @@ from pathlib import Path
 class TrainerActor:
     """Ray actor body around dora.exec.trainer.Trainer."""
 
-    def __init__(self, model: str, cfg, out: str):
+    def __init__(self, model: str, cfg, out: str, rank: int = 0, world: int = 1):
+        self.model, self.cfg, self.out = model, cfg, Path(out)
+        self.rank, self.world = rank, world
+        self._trainer = None
+        if world == 1:
+            self._build()
+
+    def _build(self) -> None:
         from dora.exec.trainer import Trainer
 
-        self.trainer = Trainer(model, cfg)
-        self.out = Path(out)
+        self._trainer = Trainer(self.model, self.cfg)
+
+    @property
+    def trainer(self):
+        if self._trainer is None:
+            raise RuntimeError(f"trainer rank {self.rank}/{self.world}: not in its process group (join failed)")
+        return self._trainer
+
+    def address(self) -> str:
+        """Rank 0: where the group meets (a free port on this node)."""
+        from dora.exec.trainer_group import free_address
+
+        return free_address()
+
+    def join(self, address: str) -> str:
+        """Join the group at rank 0's address, then build this rank's Trainer (FSDP2); the backend."""
+        from dora.exec.trainer_group import join_group
+
+        backend = join_group(address, self.rank, self.world, self.cfg.device)
+        self._build()
+        return backend
 
     def step(self, batch) -> dict:
         return self.trainer.step(batch)
 
     def weights(self) -> dict:
-        return self.trainer.state_dict_for_publish()
+        """The full weights at rank 0 (gathered from every rank's shard); {} at the others."""
+        state = self.trainer.state_dict_for_publish()
+        return state if self.rank == 0 else {}
 
     def save_weights(self, version: int) -> str:
         return str(self.trainer.save_weights(self.out / "weights" / f"v{version}"))

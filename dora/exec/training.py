@@ -42,7 +42,7 @@ class Training:
         self.train_job = (self.trainer.step.remote(batch), now, rows, tokens)
         if self.faults.kill_trainer_at_step == self.version + 1 and not self.killed_trainer:
             self.killed_trainer = True  # fault injection: the trainer dies during this step
-            self.ray.kill(self.trainer)
+            self.trainer.kill()  # every rank
 
     def _on_trained(self, stats: dict, t_start: float, rows: list[dict], tokens: int) -> None:
         now = self.now()

@@ -222,7 +222,8 @@ def test_checkpoint_resume_continues_identically(tiny_model_dir, tmp_path):
 def test_cuda_bf16_step_and_publish(tiny_model_dir):
     """GPU path (one device): bf16 autocast over fp32 weights; publishes fp32 CPU tensors."""
     trainer = Trainer(tiny_model_dir, TrainerConfig(device="cuda", lr=1e-3))
-    assert trainer.device.type == "cuda" and not trainer.fsdp
+    # one process, no group: no sharding (FSDP2 over ranks, CPU included: tests/exec/test_trainer_ranks.py)
+    assert trainer.device.type == "cuda" and (trainer.world, trainer.fsdp) == (1, False)
     batch = _random_batch(n_groups=3, group_size=4, seed=7)
     stats = trainer.step(batch)
     assert stats["version"] == 1 and all(v == v for v in stats.values())

@@ -1,0 +1,109 @@
+"""The trainer's ranks: N trainer actors formed into one torch.distributed group, called as one.
+
+  group = TrainerGroup.start(ray, TrainerActor, model, cfg, out, ranks=2, num_cpus=1)
+  stats = ray.get(group.step.remote(batch))     # every rank steps; rank 0's result
+  group.kill()                                   # every rank
+
+Rank 0 picks a free port on its node (`free_address`); every rank then joins with
+init_process_group(backend, init_method="tcp://addr:port", rank, world_size) (`join_group`):
+gloo when the trainer runs on CPU, NCCL on CUDA (one GPU per rank). Every call goes to every
+rank in the same order, so their collectives pair up; the caller gets rank 0's result (the
+others' are watched: an error there is raised at the group's next call). One rank (ranks = 1)
+is the single trainer actor of before, without a process group.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+from typing import Any
+
+METHODS = ("step", "weights", "save_weights", "save_checkpoint", "resume", "resume_and_step")
+
+
+def free_address() -> str:
+    """'ip:port' of a free TCP port on this node (for rank 0's rendezvous)."""
+    try:
+        import ray
+
+        ip = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+    except ImportError:
+        ip = "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return f"{ip}:{s.getsockname()[1]}"
+
+
+def backend_for(device: str) -> str:
+    """'nccl' when the trainer's device ('auto' | 'cpu' | 'cuda') resolves to CUDA, else 'gloo'."""
+    import torch
+
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    return "nccl" if cuda else "gloo"
+
+
+def join_group(address: str, rank: int, world: int, device: str, timeout_s: float = 600.0) -> str:
+    """Join the trainer's process group at rank 0's `address`; returns the backend."""
+    import torch
+
+    backend = backend_for(device)
+    if backend == "nccl":
+        torch.cuda.set_device(0)  # Ray gives each rank its own visible GPU
+    torch.distributed.init_process_group(backend, init_method=f"tcp://{address}", rank=rank, world_size=world,
+                                         timeout=timedelta(seconds=timeout_s))
+    return backend
+
+
+class _GroupCall:
+    def __init__(self, group: "TrainerGroup", name: str):
+        self._group, self._name = group, name
+
+    def remote(self, *args: Any) -> Any:
+        """Call every rank (large arguments put once); rank 0's future."""
+        g = self._group
+        g.check()
+        if len(g.actors) > 1:
+            args = tuple(g.runtime.put(a) if isinstance(a, (list, dict)) else a for a in args)
+        refs = [getattr(a, self._name).remote(*args) for a in g.actors]
+        g.others.extend(refs[1:])
+        return refs[0]
+
+
+class TrainerGroup:
+    """The trainer's N rank actors; `step`, `weights`, `save_weights`, `save_checkpoint`, `resume`,
+    `resume_and_step` have `.remote(...)` as on one actor, returning rank 0's future."""
+
+    def __init__(self, actors: list, runtime, joins: list | None = None):
+        self.actors = list(actors)
+        self.runtime = runtime  # ray, or dora.exec.local_runtime.LocalRuntime (one rank)
+        self.others: list = list(joins or [])  # futures of calls whose result nobody else reads
+
+    @classmethod
+    def start(cls, runtime, actor_cls, model: str, cfg, out: str, *, ranks: int, **options: Any) -> "TrainerGroup":
+        """Start `ranks` Ray actors of `actor_cls` (model, cfg, out, rank, world) with Ray `options`;
+        with ranks > 1 they form their group as soon as they are up (nothing here waits for it)."""
+        remote = runtime.remote(actor_cls).options(**options)
+        actors = [remote.remote(model, cfg, out, rank, ranks) for rank in range(ranks)]
+        if ranks == 1:
+            return cls(actors, runtime)
+        address = actors[0].address.remote()
+        return cls(actors, runtime, joins=[a.join.remote(address) for a in actors])
+
+    def __getattr__(self, name: str) -> _GroupCall:
+        if name not in METHODS:
+            raise AttributeError(name)
+        return _GroupCall(self, name)
+
+    def check(self) -> None:
+        """Raise the error of any rank > 0 call that has failed; forget those that succeeded."""
+        if not self.others:
+            return
+        done, self.others = self.runtime.wait(self.others, num_returns=len(self.others), timeout=0)
+        if done:
+            self.runtime.get(done)
+
+    def kill(self) -> None:
+        """Kill every rank (a restart starts a whole new group)."""
+        self.others = []
+        for a in self.actors:
+            self.runtime.kill(a)
