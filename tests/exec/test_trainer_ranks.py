@@ -116,18 +116,23 @@ def test_ranks_setting_is_checked():
 
 def test_two_rank_trainer_on_ray_survives_a_kill(tiny_model_dir, tmp_path):
     """The executor on Ray with trainer.ranks=2 (two trainer actors, one gloo group): dora trains
-    4 steps C1-C3-clean; both ranks are killed during step 3 and a new group resumes from the
-    step-2 checkpoint (rank 0's files), redoing the step with each group trained exactly once."""
+    3 steps C1-C3-clean; both ranks are killed during step 2 and a new group resumes from the last
+    checkpoint (rank 0's files), redoing the step with each group trained exactly once."""
     pytest.importorskip("ray")
-    from tests.exec.test_faults import STEPS, _config, _guarantees, _run
+    from tests.exec.test_faults import B, G, _config, _run
 
-    cfg = _config(tiny_model_dir, tmp_path, "ray", {"kill_trainer_at_step": 3}, checkpoint_every=1,
+    cfg = _config(tiny_model_dir, tmp_path, "ray", {"kill_trainer_at_step": 2}, checkpoint_every=1, steps=3,
                   trainer={"threads": 1, "ranks": 2})
     res = _run(cfg)
-    _guarantees(cfg, res)
+    m = res.metrics
+    assert m["steps"] == 3 and m["trained_samples"] == 3 * B * G
+    assert m["c1_violations"] == m["c2_lost"] == m["c2_duplicated"] == m["c3_violations"] == 0
+    assert m["staleness_max"] <= cfg.policy.eta and [s["step"] for s in res.steps] == [1, 2, 3]
     restarts = res.events[res.events["event"] == "trainer_restart"]
-    assert len(restarts) == 1 and "redo step 3" in restarts["detail"].iloc[0]
-    assert res.config["trainer"]["ranks"] == 2 and len(res.steps) == STEPS
+    assert len(restarts) == 1 and "redo step 2" in restarts["detail"].iloc[0]  # from v1, or v0 if v1 was late
+    train = res.events[res.events["event"] == "train"]
+    assert train["trajectory"].is_unique and (train.groupby("prompt_id").size() == G).all()
+    assert res.config["trainer"]["ranks"] == 2
 
 
 @pytest.mark.slow
