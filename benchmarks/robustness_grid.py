@@ -37,8 +37,9 @@ go to *_quick paths; --only and --limit write the default paths (rerun the whole
 the cache, to rewrite them).
 
 Each run is (configuration, variant); its result is cached in --cache under a hash of the
-resolved SimConfig, the variant's policy, the trace file's bytes, the source of the dora
-package and GRID_VERSION, so a rerun after a crash resumes (--fresh ignores the cache). Runs
+resolved SimConfig, the variant's policy, the trace file's bytes, the dora source that
+policy's run can depend on (`code_version`) and GRID_VERSION, so a rerun after a crash
+resumes (--fresh ignores the cache) and a change to one policy reruns only it. Runs
 go longest first (by B x G x steps) to --jobs processes.
 
 Outputs (temp file + rename): --csv, one row per configuration x variant (the configuration's
@@ -464,13 +465,56 @@ def resolve(configs: list[GridConfig], traces: Traces, notes: Notes, steps_overr
     return out
 
 
-def code_version() -> str:
-    """Hash of the dora package's source and GRID_VERSION: a cached run is reused only with both unchanged."""
+def _imports(path: Path, root: Path) -> set[Path]:
+    """The dora source files `path` imports (absolute `dora.` imports, any depth in the file)."""
+    import ast
+
+    out: set[Path] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+        for name in names:
+            if name == "dora" or not name.startswith("dora."):
+                continue
+            parts = name.split(".")[1:]
+            base = root.joinpath(*parts)
+            packages = [root.joinpath(*parts[:k], "__init__.py") for k in range(len(parts))]
+            for f in (base.with_suffix(".py"), base / "__init__.py", *packages):
+                if f.is_file():
+                    out.add(f)
+    return out
+
+
+def policy_sources(policy: str) -> list[Path]:
+    """The dora source files a run of `policy` can depend on: every file outside dora/sched/,
+    the files of dora/sched they import without entering a policy file (the shared scheduler
+    core; registry.py imports every policy), and the policy's own file with what it imports."""
+    import dora
+    from dora.sched.registry import POLICIES
+
+    root = Path(dora.__file__).resolve().parent
+    policies = root / "sched" / "policies"
+    own = root.joinpath(*POLICIES[policy].__module__.split(".")[1:]).with_suffix(".py")
+    seen: set[Path] = set()
+    todo = [p for p in root.rglob("*.py") if root / "sched" not in p.parents] + [own]
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            todo.extend(q for q in _imports(p, root)
+                        if policies not in q.parents or q.name == "__init__.py" or policies in p.parents)
+    return sorted(seen)
+
+
+def code_version(policy: str) -> str:
+    """Hash of GRID_VERSION and `policy_sources`: a cached run is reused only with all of them
+    unchanged, so a change to one policy (or a module only it imports) reruns that policy alone."""
     import dora
 
-    h = hashlib.sha256(GRID_VERSION.encode())
     root = Path(dora.__file__).resolve().parent
-    for p in sorted(root.rglob("*.py")):
+    h = hashlib.sha256(GRID_VERSION.encode())
+    for p in policy_sources(policy):
         h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
     return h.hexdigest()[:16]
 
@@ -487,7 +531,7 @@ def make_jobs(resolved: list[Resolved], variants: dict[str, tuple[str, tuple[str
     from dora.config import to_dict
     from dora.sim.run import check_fits
 
-    code = code_version()
+    codes: dict[str, str] = {}
     jobs = []
     for r in resolved:
         try:
@@ -499,7 +543,7 @@ def make_jobs(resolved: list[Resolved], variants: dict[str, tuple[str, tuple[str
             extra = ["--policy", policy] + [x for s in sets for x in ("--set", s)]
             cfg = sim_config(r.argv + extra)
             blob = json.dumps({"config": {**to_dict(cfg), "trace": traces.digest(r.trace)}, "policy": policy,
-                               "code": code}, sort_keys=True, default=str)
+                               "code": codes.setdefault(policy, code_version(policy))}, sort_keys=True, default=str)
             jobs.append(Job(r, variant, policy, cfg, hashlib.sha256(blob.encode()).hexdigest()[:24],
                             float(r.config.batch_size * r.steps * traces.load(r.trace).group_size),
                             f"{r.command} {shlex.join(extra)}"))

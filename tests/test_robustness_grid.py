@@ -221,3 +221,16 @@ def test_generated_trace_command_regenerates_the_same_trace(rg, tmp_path):
     argv[argv.index("--out") + 1] = str(out)
     subprocess.run([sys.executable, "-m", "dora.trace", *argv], check=True, capture_output=True, cwd=REPO)
     assert (load_trace(str(out)).response_len == load_trace(res.trace).response_len).all()
+
+
+def test_cache_key_covers_what_each_policy_runs(rg):
+    """A policy's cached runs depend on the simulator, the shared scheduler core and its own file
+    (with what only it imports), not on another policy's file."""
+    src = {p: {str(f).split("/dora/", 1)[1] for f in rg.policy_sources(p)} for p in ("dora", "laminar", "one_step")}
+    for p, files in src.items():
+        assert {"sim/run.py", "sim/cluster.py", "body.py", "sched/policy.py", "sched/state.py",
+                f"sched/policies/{p}.py"} <= files
+    assert {"sched/pace.py", "sched/predictor.py", "sched/progress.py"} <= src["dora"]
+    assert not {"sched/pace.py", "sched/policies/dora.py"} & src["laminar"]
+    assert "sched/policies/sync.py" in src["one_step"]  # one_step imports from sync
+    assert len({rg.code_version(p) for p in ("sync", "one_step", "partial", "laminar", "dora")}) == 5

@@ -43,9 +43,11 @@ class TrainerPace:
         self._last_pub = now
 
     def data_bound(self, version: int) -> bool:
-        """For the last η + 1 steps (and past the first η + 1, while the pipeline fills), no late
-        group has held the trainer: data, not the tails, paces it."""
-        return version - max(self.blocked_at, 1) > self.eta + 1
+        """At neither of the last two trainer versions did a late group hold the trainer (and the
+        first step has been observed): data, not the tails, paces it. Two versions, whatever η:
+        one observed step after a hold; a window of η + 1 kept consolidation off for most of a
+        run at large η (measured on the robustness grid, docs/dora_policy.md)."""
+        return version - max(self.blocked_at, 1) > 1
 
     def deadline(self, version: int, now: float, trainer_version: int, busy: bool, paced: bool = False) -> float:
         """Predicted start of step `version` + η, the last that may train a group of `version`,

@@ -31,12 +31,13 @@ def test_deadline_counts_the_steps_left():
 
 def test_late_groups_mark_the_trainer_tail_bound():
     p = _pace()
-    assert p.data_bound(5)  # 5 − 1 > η + 1
-    assert not p.data_bound(3)  # the pipeline is still filling
+    assert p.data_bound(3) and p.data_bound(5)  # 3 − 1 > 1: the first step has been observed
+    assert not p.data_bound(2) and not p.data_bound(1)  # not yet
     p.tick(30.0, False, 3, 5)  # idle, short of data
     assert p.data_bound(5)
     p.tick(31.0, False, 4, 5)  # idle with a full batch: a late group holds it
-    assert p.blocked_at == 5 and not p.data_bound(5) and not p.data_bound(8) and p.data_bound(9)
+    # held at 5: not data-bound at versions 5 and 6 (two versions, whatever η), again from 7
+    assert p.blocked_at == 5 and not p.data_bound(5) and not p.data_bound(6) and p.data_bound(7)
     # data-paced deadlines take the publication interval when it is the longer
     p.pace_s = 15.0
     assert p.deadline(9, 40.0, 9, False, paced=True) == pytest.approx(40.0 + 2 * 15.0)
