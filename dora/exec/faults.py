@@ -77,9 +77,9 @@ class FaultConfig:
             if version > steps:
                 raise InputError(f"faults.load_fail_at[{k}]: version {version} is never published in a run of "
                                  f"{steps} steps; use a version in 1..{steps}")
-        if self.load_fail_at and weight_sync != "tensors":
-            raise InputError("faults.load_fail_at: injected load failures need rollout.weight_sync=tensors; set it, or "
-                             "drop faults.load_fail_at")
+        if self.load_fail_at and weight_sync not in ("tensors", "collective"):
+            raise InputError("faults.load_fail_at: injected load failures need rollout.weight_sync=tensors or "
+                             "collective; set one, or drop faults.load_fail_at")
 
     def active(self) -> bool:
         return self.kill_instance_at_step >= 0 or self.kill_trainer_at_step > 0 or bool(self.load_fail_at)
