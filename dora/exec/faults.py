@@ -15,8 +15,8 @@
   Every group is trained exactly once in the surviving model's history.
 - A weight load that fails (`load_fail_at`: [instance, version] pairs; each makes the next
   load attempt on that instance of that version or a later one fail: the driver sends it a
-  copy of the weights whose last tensor is cut short, so the real engine fails part-way
-  through the load): a `load_fail` row and a retry with the intact weights, up to
+  copy of the weights whose last tensor is cut short, or with collective weight sync has it
+  load such a copy of its staged version, so the real engine fails part-way through the load): a `load_fail` row and a retry with the intact weights, up to
   `load_retries` times per (instance, version), after which the instance is retired (killed,
   as a failure). The engine serves nothing between a failed load and a successful one.
 """

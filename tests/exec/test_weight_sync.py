@@ -109,3 +109,29 @@ def test_a_version_the_trainer_no_longer_holds_fails_on_every_member():
         sender.broadcast(spec, 3, 4, lambda: [("w", torch.zeros(2))])
     t.join(60)
     assert "cannot send version 3" in err["e"] and stage.versions() == []
+
+
+@pytest.mark.parametrize("override, needle", [
+    ({"weight_sync": "nccl"}, "weight_sync: 'nccl' is not one of 'collective', 'tensors', 'checkpoint'"),
+    ({"weight_sync_backend": "mpi"}, "weight_sync_backend: 'mpi' is not one of"),
+    ({"weight_sync_timeout_s": 0}, "weight_sync_timeout_s"),
+])
+def test_bad_weight_sync_settings_are_one_line_input_errors(tmp_path, override, needle):
+    from dora.config import build
+    from dora.errors import InputError
+    from dora.exec.run_config import ExecConfig
+
+    with pytest.raises(InputError) as e:
+        build(ExecConfig, {"model": str(tmp_path), "rollout": override})
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_injected_load_failures_need_tensors_or_collective(tmp_path):
+    from dora.config import build
+    from dora.errors import InputError
+    from dora.exec.run_config import ExecConfig
+
+    cfg = {"model": str(tmp_path), "faults": {"load_fail_at": [[0, 1]]}}
+    build(ExecConfig, cfg).validate()  # collective, the default
+    with pytest.raises(InputError, match="need rollout.weight_sync=tensors or collective"):
+        build(ExecConfig, {**cfg, "rollout": {"weight_sync": "checkpoint"}}).validate()
