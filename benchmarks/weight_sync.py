@@ -45,25 +45,31 @@ def _bench_trainer():
 
 
 def layout_bench(model: str, reps: int) -> dict:
-    """Flat buffers (dora.exec.weight_sync.send) vs one broadcast per tensor, 1 sender + 2 receivers."""
+    """Buckets (dora.exec.weight_sync.send, BUCKET_BYTES) vs one buffer per dtype vs one broadcast
+    per tensor, 1 sender + 2 receivers (threads), gloo."""
     from dora.exec.config import TrainerConfig
     from dora.exec.trainer import Trainer
-    from dora.exec.weight_sync import WeightSender, WeightStage, _bcast, group_spec, make_group
+    from dora.exec.weight_sync import BUCKET_BYTES, WeightSender, WeightStage, _bcast, group_spec, make_group
 
     items = list(Trainer(model, TrainerConfig(device="cpu")).state_dict_for_publish().items())
-    sender = WeightSender("gloo")
-    out: dict = {"tensors": len(items)}
-    spec = group_spec(sender.address(), 1, 3, 60)
-    stages = [WeightStage(), WeightStage()]
+    out: dict = {"tensors": len(items), "bytes": sum(t.numel() * t.element_size() for _, t in items)}
 
-    def flat(v: int) -> None:
-        ts = [threading.Thread(target=stages[r - 1].receive, args=(spec, r, 0)) for r in (1, 2)]
-        for t in ts:
-            t.start()
-        sender.broadcast(spec, v, v, lambda: items)
-        for t in ts:
-            t.join()
+    def flat_with(bucket_bytes: int, generation: int):
+        sender = WeightSender("gloo", bucket_bytes=bucket_bytes)
+        spec = group_spec(sender.address(), generation, 3, 60)
+        stages = [WeightStage(), WeightStage()]
 
+        def flat(v: int) -> None:
+            ts = [threading.Thread(target=stages[r - 1].receive, args=(spec, r, 0)) for r in (1, 2)]
+            for t in ts:
+                t.start()
+            sender.broadcast(spec, v, v, lambda: items)
+            for t in ts:
+                t.join()
+        return flat, sender
+
+    buckets, sender = flat_with(BUCKET_BYTES, 1)
+    per_dtype, _ = flat_with(2 ** 62, 3)
     groups: dict = {}
     spec2 = group_spec(sender.address(), 2, 3, 60)
 
@@ -91,7 +97,7 @@ def layout_bench(model: str, reps: int) -> dict:
         for t in ts:
             t.join()
 
-    for name, fn in (("flat_s", flat), ("per_tensor_s", per_tensor)):
+    for name, fn in (("buckets_s", buckets), ("per_dtype_s", per_dtype), ("per_tensor_s", per_tensor)):
         fn(1)  # the group's rendezvous and the packing are not timed
         times = []
         for k in range(reps):
@@ -167,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--updates", type=int, default=5)
     ap.add_argument("--hidden-size", type=int, default=64, help="the built model's width (heads of 64 above 64)")
     ap.add_argument("--layers", type=int, default=2, help="the built model's layers")
+    ap.add_argument("--layout-only", action="store_true", help="only the layout comparison (no engines)")
     ap.add_argument("--json", default="")
     a = ap.parse_args(argv)
     import ray
@@ -181,8 +188,11 @@ def main(argv: list[str] | None = None) -> int:
             model = str(build_tiny_model(work / "model", seed=0, hidden_size=h, layers=a.layers,
                                          heads=max(2, h // 64), intermediate_size=2 * h))
         layout = layout_bench(model, reps=20)
-        print(f"layout ({layout['tensors']} tensors, 2 receivers): flat {layout['flat_s'] * 1e3:.2f} ms, "
-              f"per tensor {layout['per_tensor_s'] * 1e3:.2f} ms (median of 20)", flush=True)
+        print(f"layout ({layout['tensors']} tensors, {layout['bytes']:,} B, 2 receivers, median of 20): "
+              f"buckets {layout['buckets_s'] * 1e3:.2f} ms, one buffer per dtype {layout['per_dtype_s'] * 1e3:.2f} ms, "
+              f"one broadcast per tensor {layout['per_tensor_s'] * 1e3:.2f} ms", flush=True)
+        if a.layout_only:
+            return 0
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
         rows = []
         try:

@@ -95,7 +95,8 @@ def trace_events(df: pd.DataFrame) -> dict:
     meta(TRAINER_PID, None, "process_name", {"name": "trainer"})
     meta(TRAINER_PID, None, "process_sort_index", {"sort_index": 0})
     meta(TRAINER_PID, 1, "thread_name", {"name": "steps"})
-    meta(TRAINER_PID, 2, "thread_name", {"name": "weight sync"})
+    if (ev == "weight_sync_end").any():
+        meta(TRAINER_PID, 2, "thread_name", {"name": "weight sync"})
     max_slot = pd.Series(slot).groupby(seg["instance"].to_numpy()).max().to_dict() if len(seg) else {}
     for i in insts:
         pid = INSTANCE_PID0 + int(i)

@@ -6,8 +6,10 @@ keeps it in its worker process instead (vllm_engine.py, vllm_worker.py)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+from dora.errors import InputError
 from dora.exec.weight_sync import WeightStage
 
 
@@ -22,17 +24,22 @@ class StagedLoads:
     """receive_weights / load_staged for a RolloutEngine (which defines `_load`, `_load_tensors`)."""
 
     _wstage: WeightStage | None = None
+    _wstage_lock = threading.Lock()  # made on first use, by whichever thread comes first
 
     def _stage(self) -> WeightStage:
-        if self._wstage is None:
-            self._wstage = WeightStage()
-        return self._wstage
+        with self._wstage_lock:
+            if self._wstage is None:
+                self._wstage = WeightStage()
+            return self._wstage
 
     def receive_weights(self, spec: dict, rank: int, keep_from: int) -> dict:
         """Join the trainer's group `spec` as `rank`, receive the version it broadcasts and stage
         it; staged versions older than `keep_from` are dropped. Returns {version, bytes, seconds}.
         Generation goes on meanwhile (the receive runs in the caller's thread)."""
         device = getattr(self, "device", "cpu") if spec["backend"] == "nccl" else "cpu"
+        if spec["backend"] == "nccl" and str(device).split(":")[0] != "cuda":
+            raise InputError(f"rollout.weight_sync_backend: nccl needs the engines on CUDA, this one is on {device}; "
+                             "set rollout.weight_sync_backend=gloo")
         return self._stage().receive(spec, rank, keep_from, device)
 
     def staged_versions(self) -> list[int]:
