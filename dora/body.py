@@ -135,6 +135,14 @@ def trainer_row(log: EventLog, now: float, event: str, trainer_version: int, ver
             detail=detail)
 
 
+def weight_sync_row(log: EventLog, now: float, event: str, version: int, nbytes: int = 0, dur_s: float = 0.0,
+                    detail: str = "") -> None:
+    """A weight sync of `version` to the engines starts or ends (`weight_sync_start`,
+    `weight_sync_end`): `tokens` holds the bytes sent (once; every member received them), `dur_s`
+    its length, `detail` how and to which instances."""
+    log.add(now, event, version=version, trainer_version=version, tokens=nbytes, detail=detail, dur_s=dur_s)
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # the executor's orchestrator is plain Python
 class Body:
     __slots__ = ("log",)

@@ -33,6 +33,8 @@ Event names and what their columns mean:
 | train_end   | trainer step compute ends       | trained tokens (all)        | busy_s = compute device-s     |
 | publish     | version available to rollout    |                             | dur_s = publish time          |
 | trainer_restart | trainer crashed, resumed; detail says where | | dur_s = restart time     |
+| weight_sync_start | collective broadcast of a version starts | (0)             | detail: to which instances    |
+| weight_sync_end | the broadcast ends (staged there) | bytes sent, once         | dur_s = broadcast time        |
 | fail        | instance failed                 |                             |                               |
 | recover     | instance back                   |                             |                               |
 | leftover    | group in flight at end of run   | group size                  |                               |

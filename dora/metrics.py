@@ -207,7 +207,17 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
         "steps": steps,
         "sim_time_s": t_end,
         "rollout_share": rollout_share(df, ev, t, pub),
+        **weight_sync_metrics(df, ev),
     }
+
+
+def weight_sync_metrics(df: pd.DataFrame, ev: EventColumn) -> dict:
+    """Collective weight syncs (weight_sync_end rows, exec only): how many, their mean seconds,
+    and the bytes sent in all (each sync's bytes once, whatever the number of engines)."""
+    sel = ev == "weight_sync_end"
+    dur = df["dur_s"].to_numpy()[sel]
+    return {"weight_syncs": int(sel.sum()), "weight_sync_s_mean": float(dur.mean()) if len(dur) else 0.0,
+            "weight_sync_bytes": int(df["tokens"].to_numpy()[sel].sum())}
 
 
 def _idle_share(useful: float, capacity: float) -> float:

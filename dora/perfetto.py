@@ -9,7 +9,8 @@ Layout:
   trajectories, queued ones included). Thread 0, "weights & events", carries the weight loads
   and the instant events (migrations, interruptions, aborts, preemptions, failures);
 - one process "trainer" with a "steps" thread (train_start -> train_end, then the publication)
-  and instants for each publication;
+  and instants for each publication, and a "weight sync" thread: one slice per collective
+  broadcast (weight_sync_start -> weight_sync_end), its bytes and members in args;
 - a segment is one complete event ("ph": "X") named by its policy version ("v3": the viewer
   colours slices by name, so versions are distinguishable); args carry trajectory, prompt_id,
   version, tokens made, context tokens at the start, and how it started and ended; a
@@ -94,6 +95,8 @@ def trace_events(df: pd.DataFrame) -> dict:
     meta(TRAINER_PID, None, "process_name", {"name": "trainer"})
     meta(TRAINER_PID, None, "process_sort_index", {"sort_index": 0})
     meta(TRAINER_PID, 1, "thread_name", {"name": "steps"})
+    if (ev == "weight_sync_end").any():
+        meta(TRAINER_PID, 2, "thread_name", {"name": "weight sync"})
     max_slot = pd.Series(slot).groupby(seg["instance"].to_numpy()).max().to_dict() if len(seg) else {}
     for i in insts:
         pid = INSTANCE_PID0 + int(i)
@@ -148,6 +151,11 @@ def trace_events(df: pd.DataFrame) -> dict:
             args["detail"] = str(det[r])
         out.append({"ph": "i", "s": "t", "name": str(ev[r]), "cat": "event", "pid": INSTANCE_PID0 + int(inst[r]),
                     "tid": 0, "ts": _us(t[r]), "args": args})
+    t0s, ends = np.flatnonzero(ev == "weight_sync_start"), np.flatnonzero(ev == "weight_sync_end")
+    for r0, r1 in zip(t0s, ends):  # one broadcast at a time: the k-th start pairs with the k-th end
+        out.append({"ph": "X", "name": f"weight sync v{int(ver[r1])}", "cat": "weights", "pid": TRAINER_PID, "tid": 2,
+                    "ts": _us(t[r0]), "dur": _dur(t[r0], t[r1]),
+                    "args": {"version": int(ver[r1]), "bytes": int(tok[r1]), "detail": str(det[r1])}})
     for r in np.flatnonzero(ev == "publish"):
         out.append({"ph": "i", "s": "p", "name": f"published v{int(ver[r])}", "cat": "trainer", "pid": TRAINER_PID,
                     "tid": 1, "ts": _us(t[r]), "args": {"version": int(ver[r])}})

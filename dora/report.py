@@ -18,6 +18,7 @@ _FORMATS = {
     "bound_fraction": "{:.1%}", "eta_bound_samples_per_s": "{:.3f}", "eta_bound_fraction": "{:.1%}",
     "speedup_vs_sync": "{:.2f}x", "sim_time_s": "{:,.0f}", "sim_wall_s": "{:.1f}", "events": "{:,}",
     "reward_final": "{:.3f}", "wall_s": "{:.1f}", "instance_failures": "{:,}", "instances_failed": "{:,}",
+    "weight_syncs": "{:,}", "weight_sync_s_mean": "{:.3f}", "weight_sync_bytes": "{:,}",
 }
 _CONTRACT = tuple(m for m in METRIC_NAMES if m != "e2e_samples_per_s")
 _CONTRACT = _CONTRACT[:_CONTRACT.index("step_time_p99_s") + 1] + ("rollout_share",) + _CONTRACT[

@@ -15,8 +15,8 @@
   Every group is trained exactly once in the surviving model's history.
 - A weight load that fails (`load_fail_at`: [instance, version] pairs; each makes the next
   load attempt on that instance of that version or a later one fail: the driver sends it a
-  copy of the weights whose last tensor is cut short, so the real engine fails part-way
-  through the load): a `load_fail` row and a retry with the intact weights, up to
+  copy of the weights whose last tensor is cut short, or with collective weight sync has it
+  load such a copy of its staged version, so the real engine fails part-way through the load): a `load_fail` row and a retry with the intact weights, up to
   `load_retries` times per (instance, version), after which the instance is retired (killed,
   as a failure). The engine serves nothing between a failed load and a successful one.
 """
@@ -77,9 +77,9 @@ class FaultConfig:
             if version > steps:
                 raise InputError(f"faults.load_fail_at[{k}]: version {version} is never published in a run of "
                                  f"{steps} steps; use a version in 1..{steps}")
-        if self.load_fail_at and weight_sync != "tensors":
-            raise InputError("faults.load_fail_at: injected load failures need rollout.weight_sync=tensors; set it, or "
-                             "drop faults.load_fail_at")
+        if self.load_fail_at and weight_sync not in ("tensors", "collective"):
+            raise InputError("faults.load_fail_at: injected load failures need rollout.weight_sync=tensors or "
+                             "collective; set one, or drop faults.load_fail_at")
 
     def active(self) -> bool:
         return self.kill_instance_at_step >= 0 or self.kill_trainer_at_step > 0 or bool(self.load_fail_at)

@@ -11,6 +11,7 @@ translated by its sides:
   the trainer side (`dora.exec.training`)  Train; the new version published
   the fault path (`dora.exec.recovery`)    dead engines, replacements, failed loads, trainer
                                            restarts: beside the normal path, not inside it
+  collective weight sync (`dora.exec.collective`)  the trainer's broadcast to the engines
 
 Starting the runtime and gathering results are in `dora.exec.run`; the trainer's actor, in
 `dora.exec.trainer_actor`.
@@ -24,6 +25,7 @@ from typing import Any
 
 from dora.body import Body, Tracked, run_info as body_run_info
 from dora.eventlog import EventLog
+from dora.exec.collective import Collective
 from dora.exec.engine.base import EngineBusyError
 from dora.exec.faults import actor_errors
 from dora.exec.recovery import Recovery
@@ -49,7 +51,7 @@ def wall_at(t_perf: float) -> float:
     return best[1]
 
 
-class Orchestrator(Rollout, Training, Recovery, Body):
+class Orchestrator(Rollout, Training, Recovery, Collective, Body):
     """Runs one policy for `cfg.steps` trainer steps on live engines; returns its event log."""
 
     def __init__(self, cfg: ExecConfig, name: str, engines: list, trainer, tokenizer, examples, progress: bool = True,
@@ -89,7 +91,12 @@ class Orchestrator(Rollout, Training, Recovery, Body):
         self.live: dict[int, Tracked] = {}  # live trajectory -> where it runs, its version, its segment
         self.finished: dict[int, tuple[Tracked, Any, float]] = {}  # not yet trained -> (it, GenResult, time)
         self.loads: dict[Any, tuple[int, int, str, float]] = {}  # future -> (instance, version, mode, t_start)
-        self.weights: dict[int, Any] = {}  # version -> ObjectRef of tensors or checkpoint path
+        self.weights: dict[int, Any] = {}  # version -> ObjectRef of tensors, checkpoint path, or "collective"
+        # collective weight sync (dora.exec.collective)
+        self.sync_gen = 0  # group generations made so far
+        self.sync_group: tuple[Any, tuple[int, ...], dict] | None = None  # (trainer, members, spec) of the group
+        self.sync_addr: tuple[Any, dict] | None = None  # (trainer, its store's address)
+        self.awaiting_sync: dict[int, float] = {}  # replacement up, waiting for the next publication -> t_start
         self.train_job = None  # (future, t_start, batch rows)
         self.version = 0
         self.step_rows: list[dict] = []

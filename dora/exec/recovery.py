@@ -74,6 +74,9 @@ class Recovery:
             return
         if version < 0 and self.version > 0:
             eng, v = self.engines[inst], self.version
+            if self.cfg.rollout.weight_sync == "collective":  # it needs the newest version sent first
+                self._catch_up(inst, t_start)
+                return
             if self.cfg.rollout.weight_sync == "tensors":
                 nxt = eng.load_weights.remote(v, self.weights[v], "drain")
             else:

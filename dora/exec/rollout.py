@@ -9,8 +9,9 @@ it reads and writes the orchestrator's state.
                   the destination (the re-prefill is logged)
   Abort        -> abort on the engine; its tokens are waste
   ReadKV       -> the engines' KV tokens in use (prompt + generated of running requests)
-  LoadVersion  -> the trainer's weights for that version, loaded in-process ('drain' or
-                  'interrupt': continue in-flight requests under the new version)
+  LoadVersion  -> the trainer's weights for that version, loaded by the engine ('drain' or
+                  'interrupt': continue in-flight requests under the new version): from the
+                  object store, a checkpoint directory, or the engine's staged copy (collective)
   results      -> `finish` (or `lost`, when the engine hands a request back unrun) and
                   TrajectoryFinished; a finished load -> `load_end` and WeightsLoaded
 
@@ -148,9 +149,11 @@ class Rollout:
         hit = next((x for x in self.inject_load if x[0] == inst and version >= x[1]), None)
         if hit is not None:  # fault injection: the weights arrive cut short
             self.inject_load.remove(hit)
-            src = cut_last_tensor(self.ray.get(src))
-        if self.cfg.rollout.weight_sync == "tensors":
-            fut = eng.load_weights.remote(version, src, mode)
+        sync = self.cfg.rollout.weight_sync
+        if sync == "collective":  # staged there by the publication's broadcast: no transfer
+            fut = eng.load_staged.remote(version, mode, hit is not None)
+        elif sync == "tensors":
+            fut = eng.load_weights.remote(version, cut_last_tensor(self.ray.get(src)) if hit else src, mode)
         else:
             fut = eng.load_checkpoint.remote(version, src, mode)
         self.loads[fut] = (inst, version, mode, t_start)

@@ -30,7 +30,11 @@ class RolloutConfig:
     temperature: float = 1.0
     cpu_threads: int = 1  # hf on CPU: torch threads per engine process
     kv_cache_bytes: int = 64 * 1024 * 1024  # vllm on CPU
-    weight_sync: str = "tensors"  # tensors (in-memory, via the Ray object store) | checkpoint (a directory)
+    # collective (broadcast from the trainer at publication, staged on the engines; dora.exec.weight_sync) |
+    # tensors (in-memory, via the Ray object store) | checkpoint (a directory)
+    weight_sync: str = "collective"
+    weight_sync_backend: str = "auto"  # collective: auto (nccl when the trainer is on CUDA, else gloo) | gloo | nccl
+    weight_sync_timeout_s: float = 600.0  # collective: how long a member waits for the others (join, transfer)
 
     def validate(self) -> None:
         if self.instances < 1:
@@ -39,8 +43,12 @@ class RolloutConfig:
             raise InputError(f"backend: {self.backend!r} is not one of 'vllm', 'hf'")
         if self.max_num_seqs < 1:
             raise too_small("max_num_seqs", self.max_num_seqs, 1)
-        if self.weight_sync not in ("tensors", "checkpoint"):
-            raise InputError(f"weight_sync: {self.weight_sync!r} is not one of 'tensors', 'checkpoint'")
+        if self.weight_sync not in ("collective", "tensors", "checkpoint"):
+            raise InputError(f"weight_sync: {self.weight_sync!r} is not one of 'collective', 'tensors', 'checkpoint'")
+        if self.weight_sync_backend not in ("auto", "gloo", "nccl"):
+            raise InputError(f"weight_sync_backend: {self.weight_sync_backend!r} is not one of 'auto', 'gloo', 'nccl'")
+        if not self.weight_sync_timeout_s > 0:
+            raise too_small("weight_sync_timeout_s", self.weight_sync_timeout_s, 0, "seconds", above=True)
         if not self.temperature > 0:
             raise too_small("temperature", self.temperature, 0, "for RL sampling", above=True)
         if self.device not in ("auto", "cpu", "cuda"):

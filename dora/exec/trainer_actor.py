@@ -52,6 +52,27 @@ class TrainerActor:
         state = self.trainer.state_dict_for_publish()
         return state if self.rank == 0 else {}
 
+    def weight_sync_address(self, backend: str = "auto") -> dict:
+        """Collective weight sync: host, port and backend of this process's store (dora.exec.weight_sync)."""
+        return self._weight_sender(backend).address()
+
+    def broadcast_weights(self, spec: dict, version: int, dtype: str = "") -> dict:
+        """Collective weight sync: send `version` (the current weights, packed once per version in
+        `dtype`, default their own) as rank 0 of group `spec`. Returns {version, bytes, seconds}."""
+        import torch
+
+        dt = getattr(torch, dtype) if dtype else None
+        return self._weight_sender(spec["backend"]).broadcast(
+            spec, version, self.trainer.version, lambda: self.trainer.state_dict_for_publish(dtype=dt).items())
+
+    def _weight_sender(self, backend: str):
+        from dora.exec.weight_sync import WeightSender
+
+        sender = getattr(self, "_wsender", None)
+        if sender is None:
+            sender = self._wsender = WeightSender(backend, str(self.trainer.device))
+        return sender
+
     def save_weights(self, version: int) -> str:
         return str(self.trainer.save_weights(self.out / "weights" / f"v{version}"))
 

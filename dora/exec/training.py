@@ -1,6 +1,7 @@
 """The executor's trainer side, beside its rollout side (`dora.exec.rollout`): a `Train`
 action becomes a batch of rewarded trajectories for the trainer actor; its return publishes the
-new version (tensors through the object store, or a checkpoint directory), writes the step's
+new version (tensors through the object store, a checkpoint directory, or a collective broadcast
+to the engines: `dora.exec.collective`), writes the step's
 rows and checkpoints, and delivers VersionPublished. A mixin of the orchestrator: it reads and
 writes the orchestrator's state.
 """
@@ -48,12 +49,15 @@ class Training:
         now = self.now()
         trainer_row(self.log, now, "train_end", self.version, tokens=tokens, dur_s=now - t_start, busy_s=now - t_start)
         self.version += 1
-        if self.cfg.rollout.weight_sync == "tensors":
+        sync = self.cfg.rollout.weight_sync
+        if sync == "collective":
+            self._publish_collective()  # broadcast to the engines, staged there
+        elif sync == "tensors":
             ref = self.trainer.weights.remote()
             self.ray.wait([ref])
+            self.weights[self.version] = ref
         else:
-            ref = self.ray.get(self.trainer.save_weights.remote(self.version))
-        self.weights[self.version] = ref
+            self.weights[self.version] = self.ray.get(self.trainer.save_weights.remote(self.version))
         self.pub_t[self.version] = self.now()
         for old in [v for v in self.weights if v < self.version - self.cfg.policy.eta - 1]:
             del self.weights[old]

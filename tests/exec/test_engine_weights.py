@@ -1,8 +1,11 @@
-"""Weight-sync correctness: after each kind of in-process update the engine's logprobs equal
-the trainer's recomputation (fp32 CPU, max abs diff <= 1e-3), and differ from the previous
-version's (so the comparison would catch an engine still serving old weights)."""
+"""Weight-sync correctness: after each kind of update (named tensors, a checkpoint directory, a
+collective broadcast then a load of the staged version) the engine's logprobs equal the trainer's
+recomputation (fp32 CPU, max abs diff <= 1e-3), and differ from the previous version's (so the
+comparison would catch an engine still serving old weights)."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 
@@ -112,3 +115,65 @@ def test_vllm_cpu_reload_needs_the_gemm_refresh(engine_pair, collect, trainer, r
     assert e.reset_prefix_cache()
     res = sample(e, collect, "refreshed")
     assert max_diff(res.logprobs, trainer_logprobs(trainer.model, res)) <= TOL
+
+
+@pytest.fixture(scope="module")
+def sender():
+    """The trainer's side of collective weight sync, in this process (rank 0)."""
+    from dora.exec.weight_sync import WeightSender
+
+    return WeightSender("gloo")
+
+
+def broadcast_to(engine, sender, trainer, version: int, generation: int):
+    """Broadcast the trainer's current weights as `version` to `engine` (rank 1, receiving in a
+    thread as the engine actor does); (what was sent, what the engine reports)."""
+    from dora.exec.weight_sync import group_spec
+
+    spec = group_spec(sender.address(), generation, world_size=2, timeout_s=120)
+    got: dict = {}
+    t = threading.Thread(target=lambda: got.update(engine.receive_weights(spec, 1, 0)))
+    t.start()
+    sent = sender.broadcast(spec, version, version, lambda: trainer.state_dict_for_publish().items())
+    t.join(120)
+    return sent, got
+
+
+def test_collective_update_is_staged_then_loaded_and_matches_trainer(engine_pair, collect, trainer,
+                                                                     reference_model, sender):
+    e = engine_pair.a
+    old = prepare(e, trainer, reference_model)
+    perturb(trainer.model, seed=404)
+    v = e.version + 1
+    sent, got = broadcast_to(e, sender, trainer, v, generation=v)
+    params = sum(t.numel() * t.element_size() for t in trainer.state_dict_for_publish().values())
+    assert got["version"] == v and got["bytes"] == sent["bytes"] == params
+    assert e.staged_versions() == [v] and e.version == v - 1
+    staged = sample(e, collect, "staged-only")  # staged, not loaded: still the old weights
+    assert staged.versions == [v - 1] * len(staged.token_ids)
+    assert max_diff(staged.logprobs, trainer_logprobs(old, staged)) <= TOL
+    seconds = e.load_staged(v)
+    assert seconds > 0 and e.version == v and e.staged_versions() == []
+    check_new_version(e, collect, trainer, old, sample(e, collect, "upd-collective"), v)
+    assert e.get_stats()["weight_loads"][-1][1:3] == (v, "collective")
+
+
+def test_collective_keeps_older_staged_versions_until_a_newer_load(engine_pair, collect, trainer,
+                                                                   reference_model, sender):
+    """Two versions broadcast before either is loaded (eta > 0): the older one loads and serves."""
+    e = engine_pair.a
+    prepare(e, trainer, reference_model)
+    v = e.version + 1
+    perturb(trainer.model, seed=505)
+    first = {k: t.clone() for k, t in trainer.model.state_dict().items()}
+    broadcast_to(e, sender, trainer, v, generation=100 + v)
+    perturb(trainer.model, seed=606)
+    broadcast_to(e, sender, trainer, v + 1, generation=100 + v)  # same group, reused
+    assert e.staged_versions() == [v, v + 1]
+    e.load_staged(v)
+    assert e.staged_versions() == [v + 1]
+    reference_model.load_state_dict(first)
+    res = sample(e, collect, "older-staged")
+    assert max_diff(res.logprobs, trainer_logprobs(reference_model, res)) <= TOL
+    e.load_staged(v + 1)
+    check_new_version(e, collect, trainer, reference_model, sample(e, collect, "newer-staged"), v + 1)

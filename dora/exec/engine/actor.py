@@ -55,6 +55,13 @@ class EngineActor:
     def load_checkpoint(self, version: int, path: str, mode: str = "drain") -> float:
         return self.engine.load_checkpoint(version, path, mode=mode)  # type: ignore[arg-type]
 
+    def receive_weights(self, spec: dict, rank: int, keep_from: int) -> dict:
+        """Collective weight sync: stage the version the trainer broadcasts to group `spec`."""
+        return self.engine.receive_weights(spec, rank, keep_from)  # type: ignore[attr-defined]
+
+    def load_staged(self, version: int, mode: str = "drain", cut_last_tensor: bool = False) -> float:
+        return self.engine.load_staged(version, mode, cut_last_tensor)  # type: ignore[attr-defined]
+
     def version(self) -> int:
         return self.engine.version
 

@@ -185,7 +185,7 @@ class EngineStats:
       gap) and covers the prefill chunks scheduled in it (prefill_tokens); hf: dt_s is the decode
       forward + sampling alone, prefill_tokens were prefilled just before it (see prefills).
     prefills: (t_s, sequences, tokens, dt_s) per prefill batch (hf backend only).
-    weight_loads: (t_s, version, kind, seconds) with kind 'tensors' | 'checkpoint'.
+    weight_loads: (t_s, version, kind, seconds) with kind 'tensors' | 'checkpoint' | 'collective'.
     """
 
     backend: str = ""
@@ -511,6 +511,8 @@ class RolloutEngine(ABC):
             try:
                 if kind == "tensors":
                     self._load_tensors(payload)
+                elif kind == "collective":
+                    self._load_staged(payload)
                 else:
                     self._load_path(payload)
             except BaseException as e:
@@ -576,6 +578,10 @@ class RolloutEngine(ABC):
     @abstractmethod
     def _load_path(self, path: str) -> None:
         """Replace the weights in place from a checkpoint directory; no request is running."""
+
+    def _load_staged(self, payload: Any) -> None:
+        """Replace the weights in place from a staged version (dora.exec.engine.staged)."""
+        raise NotImplementedError
 
     @abstractmethod
     def _shutdown(self) -> None:

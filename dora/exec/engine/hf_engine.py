@@ -28,6 +28,7 @@ from typing import Any, Iterator
 from dora.errors import InputError
 from dora.exec.engine.base import (EngineConfig, GenRequest, GenResult, KVState, RolloutEngine, _Live, model_stop_ids,
                                    new_live)
+from dora.exec.engine.staged import StagedLoads
 from dora.exec.engine.weights import read_checkpoint
 
 
@@ -51,7 +52,7 @@ def resolve_device(device: str) -> str:
     return device
 
 
-class HfEngine(RolloutEngine):
+class HfEngine(StagedLoads, RolloutEngine):
     backend = "hf"
     kv_migration = True
 

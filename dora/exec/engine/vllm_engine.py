@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from dora.exec.engine.base import EngineConfig, GenRequest, GenResult, RolloutEngine, _Live, model_stop_ids, new_live
+from dora.exec.engine.staged import StagedLoads
 from dora.exec.engine.weights import pack_tensors
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def _step_logger_factory(engine: "VllmEngine"):
     return lambda vllm_config, engine_index=0: _StepLogger(vllm_config, engine_index)
 
 
-class VllmEngine(RolloutEngine):
+class VllmEngine(StagedLoads, RolloutEngine):
     backend = "vllm"
     # vLLM's in-place reload buffers each layer's incoming tensors and swaps the layers to the meta
     # device until a layer is complete; a reload that fails part-way leaves that state behind, and
@@ -175,6 +176,19 @@ class VllmEngine(RolloutEngine):
 
     def _load_path(self, path: str) -> None:
         self._call(self._rpc_and_reset("dora_load_path", (path,)))
+
+    def receive_weights(self, spec: dict, rank: int, keep_from: int) -> dict:
+        """Stage a broadcast version in the worker process (the group member): the engine core
+        runs the receive between two steps, so generation pauses for the broadcast."""
+        (out,) = self.collective_rpc("dora_wsync_receive", args=(spec, rank, keep_from))
+        return out
+
+    def staged_versions(self) -> list[int]:
+        (out,) = self.collective_rpc("dora_staged_versions")
+        return list(out)
+
+    def _load_staged(self, payload: tuple[int, bool]) -> None:
+        self._call(self._rpc_and_reset("dora_load_staged", tuple(payload)))
 
     async def _rpc_and_reset(self, method: str, args: tuple) -> None:
         await self._llm.collective_rpc(method, args=args)

@@ -27,6 +27,39 @@ class DoraWorkerExtension:
             self.dora_refresh_cpu_gemm()
         return len(items)
 
+    def dora_wsync_receive(self, spec: dict, rank: int, keep_from: int) -> dict:
+        """Join the trainer's weight-sync group as `rank` and stage the version it broadcasts
+        (dora.exec.weight_sync). Runs in the engine core's loop: generation pauses meanwhile."""
+        world = self.vllm_config.parallel_config.world_size
+        if world != 1:
+            raise RuntimeError(f"weight sync: collective needs one vLLM worker per engine, this one has {world}; "
+                               "use rollout.weight_sync=tensors")
+        device = self.device if spec["backend"] == "nccl" else "cpu"
+        return self._dora_stage().receive(spec, rank, keep_from, device)
+
+    def dora_load_staged(self, version: int, cut_last_tensor: bool = False) -> int:
+        """Reload from the staged `version` (no transfer), then refresh the CPU GEMMs."""
+        from dora.exec.engine.staged import cut_last
+
+        stage = self._dora_stage()
+        items = stage.get(version)
+        self.reload_weights(weights_iterator=iter(cut_last(items) if cut_last_tensor else items),
+                            is_checkpoint_format=True)
+        self.dora_refresh_cpu_gemm()
+        stage.loaded_version(version)
+        return len(items)
+
+    def dora_staged_versions(self) -> list[int]:
+        return self._dora_stage().versions()
+
+    def _dora_stage(self):
+        from dora.exec.weight_sync import WeightStage
+
+        stage = getattr(self, "_dora_wstage", None)
+        if stage is None:
+            stage = self._dora_wstage = WeightStage()
+        return stage
+
     def dora_load_path(self, path: str, refresh: bool = True) -> str:
         """Reload from a checkpoint directory (same architecture)."""
         self.reload_weights(weights_path=path, is_checkpoint_format=True)
