@@ -540,10 +540,12 @@ def make_jobs(resolved: list[Resolved], variants: dict[str, tuple[str, tuple[str
             notes.add(str(e), r.config.name)
             continue
         for variant, (policy, sets) in variants.items():
+            if policy not in codes:
+                codes[policy] = code_version(policy)
             extra = ["--policy", policy] + [x for s in sets for x in ("--set", s)]
             cfg = sim_config(r.argv + extra)
             blob = json.dumps({"config": {**to_dict(cfg), "trace": traces.digest(r.trace)}, "policy": policy,
-                               "code": codes.setdefault(policy, code_version(policy))}, sort_keys=True, default=str)
+                               "code": codes[policy]}, sort_keys=True, default=str)
             jobs.append(Job(r, variant, policy, cfg, hashlib.sha256(blob.encode()).hexdigest()[:24],
                             float(r.config.batch_size * r.steps * traces.load(r.trace).group_size),
                             f"{r.command} {shlex.join(extra)}"))

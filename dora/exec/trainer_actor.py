@@ -58,10 +58,17 @@ class TrainerActor:
 
     def broadcast_weights(self, spec: dict, version: int, dtype: str = "") -> dict:
         """Collective weight sync: send `version` (the current weights, packed once per version in
-        `dtype`, default their own) as rank 0 of group `spec`. Returns {version, bytes, seconds}."""
+        `dtype`, default their own) as rank 0 of group `spec`. Returns {version, bytes, seconds};
+        the other trainer ranks take part in gathering a new version and return {}."""
         import torch
 
         dt = getattr(torch, dtype) if dtype else None
+        if self.rank != 0:
+            # FSDP: the gather rank 0's sender makes when it packs a new version needs every rank
+            if getattr(self, "_gathered", -1) != version and self.trainer.version == version:
+                self.trainer.state_dict_for_publish(dtype=dt)
+                self._gathered = version
+            return {}
         return self._weight_sender(spec["backend"]).broadcast(
             spec, version, self.trainer.version, lambda: self.trainer.state_dict_for_publish(dtype=dt).items())
 

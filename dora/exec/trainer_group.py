@@ -18,7 +18,8 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-METHODS = ("step", "weights", "save_weights", "save_checkpoint", "resume", "resume_and_step")
+METHODS = ("step", "weights", "save_weights", "save_checkpoint", "resume", "resume_and_step", "broadcast_weights")
+RANK0_METHODS = ("weight_sync_address",)  # answered by rank 0 alone (it serves the weight-sync store)
 
 
 def free_address() -> str:
@@ -64,14 +65,16 @@ class _GroupCall:
         g.check()
         if len(g.actors) > 1:
             args = tuple(g.runtime.put(a) if isinstance(a, (list, dict)) else a for a in args)
-        refs = [getattr(a, self._name).remote(*args) for a in g.actors]
+        actors = g.actors[:1] if self._name in RANK0_METHODS else g.actors
+        refs = [getattr(a, self._name).remote(*args) for a in actors]
         g.others.extend(refs[1:])
         return refs[0]
 
 
 class TrainerGroup:
     """The trainer's N rank actors; `step`, `weights`, `save_weights`, `save_checkpoint`, `resume`,
-    `resume_and_step` have `.remote(...)` as on one actor, returning rank 0's future."""
+    `resume_and_step`, `broadcast_weights` (every rank) and `weight_sync_address` (rank 0) have
+    `.remote(...)` as on one actor, returning rank 0's future."""
 
     def __init__(self, actors: list, runtime, joins: list | None = None):
         self.actors = list(actors)
@@ -90,7 +93,7 @@ class TrainerGroup:
         return cls(actors, runtime, joins=[a.join.remote(address) for a in actors])
 
     def __getattr__(self, name: str) -> _GroupCall:
-        if name not in METHODS:
+        if name not in METHODS and name not in RANK0_METHODS:
             raise AttributeError(name)
         return _GroupCall(self, name)
 

@@ -133,6 +133,9 @@ def test_two_rank_trainer_on_ray_survives_a_kill(tiny_model_dir, tmp_path):
     train = res.events[res.events["event"] == "train"]
     assert train["trajectory"].is_unique and (train.groupby("prompt_id").size() == G).all()
     assert res.config["trainer"]["ranks"] == 2
+    # weights reached the engines over the collective group (rank 0 sends; rank 1 took part in the gather)
+    assert res.config["rollout"]["weight_sync"] == "collective"
+    assert (res.events["event"] == "weight_sync_end").sum() >= m["steps"] - 1
 
 
 @pytest.mark.slow
