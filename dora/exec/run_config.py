@@ -102,6 +102,9 @@ class ExecConfig:
         if self.policy.dora.elastic_trainer:
             raise InputError("policy.dora.elastic_trainer: not available in the executor yet (simulator only); "
                              "set it to false")
+        if self.policy.laminar.repack_kv and self.rollout.backend != "hf" and "laminar" in self.policies:
+            raise InputError(f"policy.laminar.repack_kv: the {self.rollout.backend} backend cannot move a KV cache "
+                             "(its repack re-prefills); set it to false, or use --set rollout.backend=hf")
         if self.policy.sync.colocated:
             raise InputError("policy.sync.colocated: the executor runs engines and trainer as separate processes; "
                              "set it to false")

@@ -195,3 +195,16 @@ def test_engines_report_kv_migration():
     from dora.exec.engine.vllm_engine import VllmEngine
 
     assert HfEngine.kv_migration is True and VllmEngine.kv_migration is False
+
+
+def test_laminar_repack_kv_on_vllm_is_refused_before_a_run():
+    """laminar's repack with the KV (policy.laminar.repack_kv) on vLLM engines: refused when the
+    configuration is read, in one line that says how to fix it; accepted on the hf backend."""
+    from dora.config import build
+    from dora.errors import InputError
+    from dora.exec.run_config import ExecConfig
+
+    base = {"model": "m", "policies": ["laminar"], "policy": {"laminar": {"repack_kv": True}}}
+    with pytest.raises(InputError, match=r"repack_kv: the vllm backend cannot move a KV cache.*set it to false"):
+        build(ExecConfig, {**base, "rollout": {"backend": "vllm"}})
+    assert build(ExecConfig, {**base, "rollout": {"backend": "hf"}}).policy.laminar.repack_kv
