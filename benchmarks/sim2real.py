@@ -1,15 +1,17 @@
-"""Sim-to-real check: calibrate on one real run, replay a fresh real run in the simulator, compare.
+"""Sim-to-real check: calibrate on one real run, predict a fresh real run in the simulator, compare.
 
   # 1. real runs (one per policy; --profile-out/--events/--trace-out/--json), a calibration seed and a fresh one:
   for S in 0 1; do for P in sync one_step partial laminar dora; do
-    python -m dora.exec --model M --policy $P --steps 8 --seed $S --set trainer.threads=1 --out R$S \\
+    python -m dora.exec --model M --policy $P --steps 12 --seed $S --set trainer.threads=1 --out R$S \\
       --json R$S/$P.json --events R$S/ev.$P.parquet --trace-out R$S/rec.$P.parquet; done; done
-  # 2. this script: calibrate on R0, replay R1 per policy, compare
+  # 2. this script: calibrate on R0, predict R1 per policy (from R0's lengths), compare
   python benchmarks/sim2real.py --calib R0 --fresh R1 --out S2R [--pooled]
 
 For each policy: `python -m dora.sim calibrate R0/<policy>/profile.json --out S2R/cost.<policy>.yaml`
 (with --pooled: one cost file from every policy's profile), then `python -m dora.sim --trace
-R1/rec.<policy>.parquet --cost ... --policy <policy>` on the real run's cluster shape (its instances,
+R0/rec.<policy>.parquet --cost ... --policy <policy>` — a prediction of the fresh run from the
+calibration run's lengths, not the fresh run's own (`--lengths fresh` replays the fresh run's recorded
+lengths instead: timing given the lengths, a diagnosis) — on the real run's cluster shape (its instances,
 slots, one trainer device, B, eta, steps; sync disaggregated; dora's migrations re-prefill, as the
 executor's do), then `python -m dora.sim compare R1/ev.<policy>.parquet S2R/sim.<policy>.parquet`.
 Prints each command it runs and the table of relative errors, with a host-speed probe (median engine
@@ -63,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from dora.sched.registry import names
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calib", required=True, help="directory of the calibration runs (--out of dora.exec)")
+    ap.add_argument("--calib", required=True, help="directory of the calibration runs (--out of dora.exec; their "
+                    "rec.<policy>.parquet, --trace-out, hold the lengths a prediction runs on)")
     ap.add_argument("--fresh", required=True, help="directory of the fresh runs (their --events/--trace-out/--json)")
     ap.add_argument("--out", required=True, help="directory for cost files, sim event logs and sim2real.json")
     ap.add_argument("--policy", action="append", choices=names(), help="policies (default: every registered one)")
@@ -73,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                          "for an in-sample check of the model's structure, which is not a prediction)")
     ap.add_argument("--host-cores", type=float, default=0.0, metavar="N",
                     help="calibrate with --host-cores N (the engines and the trainer shared N cores)")
+    ap.add_argument("--lengths", choices=("calib", "fresh"), default="calib",
+                    help="whose recorded lengths the simulator runs: the calibration run's (default: a "
+                         "prediction of a run it has not seen) or the fresh run's own (timing given the lengths)")
     ap.add_argument("--plot", metavar="OUT.png", help="bars of real vs simulated step time and throughput")
     ap.add_argument("--host-adjust", action="store_true",
                     help="diagnosis, not a prediction: scale the decode/prefill terms by the host probe's "
@@ -114,13 +120,15 @@ def main(argv: list[str] | None = None) -> int:
                             + yaml.safe_dump(data, sort_keys=False))
         run = json.loads((fresh / f"{p}.json").read_text())["runs"][0]
         sim_ev = out / f"sim.{p}.parquet"
-        cmd = replay_args(run, fresh / f"rec.{p}.parquet", cost, p, sim_ev)
+        lengths = (calib if args.lengths == "calib" else fresh) / f"rec.{p}.parquet"
+        cmd = replay_args(run, lengths, cost, p, sim_ev)
         print("python -m dora.sim " + " ".join(cmd), flush=True)
         if sim(cmd) != 0:
             return 1
         print(f"python -m dora.sim compare {fresh / f'ev.{p}.parquet'} {sim_ev}", flush=True)
         rows[p] = compare_files(fresh / f"ev.{p}.parquet", sim_ev)
         rows[p]["host_probe_s"] = probe
+        rows[p]["lengths_from"] = args.lengths
         shutil.copyfile(fresh / f"ev.{p}.parquet", out / f"real.{p}.parquet")  # the folder is self-contained
         rows[p]["files"] = {"real": f"real.{p}.parquet", "sim": sim_ev.name, "cost": Path(cost).name,
                             "real_from": str(fresh / f"ev.{p}.parquet")}
