@@ -24,15 +24,11 @@ RANK0_METHODS = ("weight_sync_address",)  # answered by rank 0 alone (it serves 
 
 def free_address() -> str:
     """'ip:port' of a free TCP port on this node (for rank 0's rendezvous)."""
-    try:
-        import ray
+    from dora.exec.weight_sync import node_ip
 
-        ip = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
-    except ImportError:
-        ip = "127.0.0.1"
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
-        return f"{ip}:{s.getsockname()[1]}"
+        return f"{node_ip()}:{s.getsockname()[1]}"
 
 
 def backend_for(device: str) -> str:

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import socket
 import threading
 import time
 from typing import Any, Callable
 
 from dora.errors import InputError
+
 
 def _key(spec: dict) -> tuple[str, int, int]:
     return spec["host"], spec["port"], spec["generation"]
@@ -130,9 +132,7 @@ class Packed:
 def _views(meta: list, buffers: list[Any]) -> list[tuple[str, Any]]:
     out = []
     for name, _, shape, b, off in meta:
-        n = 1
-        for d in shape:
-            n *= d
+        n = math.prod(shape)
         out.append((name, buffers[b][off:off + n].view(shape)))
     return out
 
@@ -141,9 +141,7 @@ def send(pg: Any, packed: Packed, device: Any) -> int:
     """Rank 0: broadcast `packed` (header, then each bucket). Returns the bytes sent once."""
     import torch
 
-    head = packed.header()
-    _bcast(pg, torch.tensor([len(head)], dtype=torch.int64, device=device))
-    _bcast(pg, torch.frombuffer(bytearray(head), dtype=torch.uint8).to(device))
+    _send_header(pg, packed.header(), device)
     for buf in packed.buffers:
         if buf.numel():
             _bcast(pg, buf.to(device).view(torch.uint8))
@@ -173,9 +171,13 @@ def receive(pg: Any, device: Any) -> tuple[int, list[tuple[str, Any]], int]:
 
 def send_missing(pg: Any, version: int, why: str, device: Any) -> None:
     """Rank 0 cannot send `version`: a header that makes every receiver fail with `why`."""
+    _send_header(pg, json.dumps({"version": version, "missing": why}).encode(), device)
+
+
+def _send_header(pg: Any, head: bytes, device: Any) -> None:
+    """Rank 0: a JSON header as its length, then its bytes (`receive` reads both)."""
     import torch
 
-    head = json.dumps({"version": version, "missing": why}).encode()
     _bcast(pg, torch.tensor([len(head)], dtype=torch.int64, device=device))
     _bcast(pg, torch.frombuffer(bytearray(head), dtype=torch.uint8).to(device))
 
