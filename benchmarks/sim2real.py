@@ -14,7 +14,8 @@ calibration run's lengths, not the fresh run's own (`--lengths fresh` replays th
 lengths instead: timing given the lengths, a diagnosis) — on the real run's cluster shape (its instances,
 slots, one trainer device, B, eta, steps; sync disaggregated; dora's migrations re-prefill, as the
 executor's do), then `python -m dora.sim compare R1/ev.<policy>.parquet S2R/sim.<policy>.parquet`.
-Prints each command it runs and the table of relative errors, with a host-speed probe (median engine
+Prints each command it runs and the table of relative errors, with the run-to-run floor (the
+calibration run's own metrics taken as the prediction of the fresh run) and a host-speed probe (median engine
 step time with <= 2 running sequences, calibration vs fresh run: on a shared machine the same step
 takes longer while other jobs run); writes S2R/sim2real.json and copies each fresh real event log to
 S2R/real.<policy>.parquet next to its replay S2R/sim.<policy>.parquet (notebooks/d_sim_vs_real.ipynb
@@ -128,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m dora.sim compare {fresh / f'ev.{p}.parquet'} {sim_ev}", flush=True)
         rows[p] = compare_files(fresh / f"ev.{p}.parquet", sim_ev)
         rows[p]["host_probe_s"] = probe
+        # the run-to-run floor: the calibration run's own metrics taken as the prediction of the fresh run
+        rows[p]["calib_run_err"] = compare_files(fresh / f"ev.{p}.parquet", calib / f"ev.{p}.parquet")["rel_err"]
         rows[p]["lengths_from"] = args.lengths
         shutil.copyfile(fresh / f"ev.{p}.parquet", out / f"real.{p}.parquet")  # the folder is self-contained
         rows[p]["files"] = {"real": f"real.{p}.parquet", "sim": sim_ev.name, "cost": Path(cost).name,
@@ -144,12 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         cells.append(f"{h['calib']:.4f} / {h['fresh']:.4f}")
         lines.append(f"{p:<9} " + " | ".join(cells))
     print("\n".join(lines))
-    md = ["| policy | " + " | ".join(f"{k} real / sim (err)" for k in HEADLINE) + " | host probe s calib / fresh |",
-          "|---|" + "---|" * (len(HEADLINE) + 1)]
+    md = ["| policy | " + " | ".join(f"{k} real / sim (err)" for k in HEADLINE)
+          + " | calibration run as the prediction (err, same columns) | host probe s calib / fresh |",
+          "|---|" + "---|" * (len(HEADLINE) + 2)]
     for p, r in rows.items():
         cells = [f"{r['real'][k]:.3f} / {r['sim'][k]:.3f} ({_pct(r['rel_err'][k])})" for k in HEADLINE]
+        floor = " / ".join(_pct(r["calib_run_err"][k]) for k in HEADLINE)
         h = r["host_probe_s"]
-        md.append(f"| {p} | " + " | ".join(cells) + f" | {h['calib']:.4f} / {h['fresh']:.4f} |")
+        md.append(f"| {p} | " + " | ".join(cells) + f" | {floor} | {h['calib']:.4f} / {h['fresh']:.4f} |")
     (out / "sim2real.md").write_text("\n".join(md) + "\n")
     print("\n" + "\n".join(md))
     (out / "sim2real.json").write_text(json.dumps(rows, indent=2, default=float))

@@ -126,3 +126,15 @@ def test_kv_in_use_counts_running_requests_only(engine_pair, wait_tokens):
     assert len(PROMPT) + len(before.token_ids) <= used <= len(PROMPT) + len(after.token_ids)
     assert e.abort("kv-run") is not None and e.abort("kv-held") is not None
     assert e.kv_in_use() == 0
+
+
+def test_warm_up_leaves_nothing_behind(engine_pair):
+    """make_engine warms an engine up (the first forward's one-off cost falls in start-up, not in
+    a run's first step); the throwaway requests leave no result, request or statistic behind."""
+    e = engine_pair.a
+    version = e.version
+    dt = e.warm_up()
+    assert dt > 0 and e.poll() == [] and e.running_ids() == [] and e.version == version
+    s = e.get_stats()
+    assert s["steps"] == [] and s["prefills"] == [] and s["weight_loads"] == []
+    assert s["finished"] == 0 and s["generated_tokens"] == 0 and s["startup_s"] >= dt

@@ -8,11 +8,16 @@ __all__ = ["EngineBusyError", "EngineConfig", "EngineStateLost", "EngineStats", 
 
 
 def make_engine(cfg: EngineConfig) -> RolloutEngine:
-    """Build the engine `cfg.backend` names (imports its heavy dependencies only then)."""
+    """Build the engine `cfg.backend` names (imports its heavy dependencies only then), warmed up
+    (`RolloutEngine.warm_up`)."""
+    engine: RolloutEngine
     if cfg.backend == "vllm":
         from dora.exec.engine.vllm_engine import VllmEngine
 
-        return VllmEngine(cfg)
-    from dora.exec.engine.hf_engine import HfEngine
+        engine = VllmEngine(cfg)
+    else:
+        from dora.exec.engine.hf_engine import HfEngine
 
-    return HfEngine(cfg)
+        engine = HfEngine(cfg)
+    engine.warm_up()
+    return engine

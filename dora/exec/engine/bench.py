@@ -5,7 +5,9 @@ times (in-memory tensors and checkpoint directory), and per-step timings for cal
 
 Without --model the default tiny checkpoint is built in a temporary directory. Throughput is
 generated tokens / wall seconds from submitting N requests of --tokens tokens each (no stop
-tokens) to the last one finishing, after one warm-up round.
+tokens) to the last one finishing, after one first round (`first_round_s`: with
+--warm-up-requests 0 it shows the one-off cost of an engine's first forward that make_engine's
+warm-up otherwise pays at start-up).
 """
 
 from __future__ import annotations
@@ -57,23 +59,27 @@ def _check(engine, ref, prompt_len: int) -> float:
 
 
 def bench(model: str, backend: str, concurrency: list[int], tokens: int, device: str, dtype: str,
-          prompt_len: int, load_repeats: int, check: bool = False, cpu_threads: int = 0) -> dict:
+          prompt_len: int, load_repeats: int, check: bool = False, cpu_threads: int = 0,
+          warm_up_requests: int = 2) -> dict:
     import torch
 
     from dora.exec.engine import EngineConfig, make_engine
     from dora.exec.logprobs import load_model
 
     cfg = EngineConfig(model=model, backend=backend, device=device, dtype=dtype, max_num_seqs=max(concurrency),
-                       max_model_len=prompt_len + tokens + 8, cpu_threads=cpu_threads)
+                       max_model_len=prompt_len + tokens + 8, cpu_threads=cpu_threads,
+                       warm_up_requests=warm_up_requests)
     print(f"[bench] starting {backend} engine on {model} ...", flush=True)
     t0 = time.perf_counter()
     engine = make_engine(cfg)
     out: dict = {"backend": backend, "model": model, "device": device, "dtype": dtype, "tokens": tokens,
-                 "cpu_threads": cpu_threads,
+                 "cpu_threads": cpu_threads, "warm_up_requests": warm_up_requests,
                  "prompt_len": prompt_len, "startup_s": round(time.perf_counter() - t0, 2), "throughput": {}}
     print(f"[bench] start-up {out['startup_s']} s", flush=True)
     try:
-        _run_batch(engine, min(concurrency), min(tokens, 32), "warm", prompt_len)
+        out["first_round_s"] = round(_run_batch(engine, min(concurrency), min(tokens, 32), "warm", prompt_len), 3)
+        print(f"[bench] first round ({min(concurrency)} requests of {min(tokens, 32)} tokens): "
+              f"{out['first_round_s']} s", flush=True)
         for n in concurrency:
             first_step = len(engine.stats.steps)
             wall = _run_batch(engine, n, tokens, f"c{n}", prompt_len)
@@ -114,10 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     ap.add_argument("--cpu-threads", type=int, default=0, help="hf on CPU: torch threads (0: torch default)")
     ap.add_argument("--load-repeats", type=int, default=3)
+    ap.add_argument("--warm-up-requests", type=int, default=2,
+                    help="throwaway requests at start-up (0: none; the first round then pays the first forward)")
     ap.add_argument("--check", action="store_true", help="also check engine vs trainer logprobs after an update")
     ap.add_argument("--json", default="", help="write the figures here")
     args = ap.parse_args(argv)
     with cli_errors("python -m dora.exec.engine.bench"):
+        if args.warm_up_requests < 0:
+            raise InputError(f"--warm-up-requests: must be >= 0, got {args.warm_up_requests}")
         if any(n < 1 for n in args.concurrency) or args.tokens < 1 or args.prompt_len < 1:
             raise InputError(f"--concurrency, --tokens and --prompt-len: each must be >= 1, got {args.concurrency}, "
                              f"{args.tokens}, {args.prompt_len}; pass 1 or more")
@@ -128,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 model = str(build_tiny_model(Path(tmp) / "tiny"))
             res = bench(model, args.backend, args.concurrency, args.tokens, args.device, args.dtype,
-                        args.prompt_len, args.load_repeats, args.check, args.cpu_threads)
+                        args.prompt_len, args.load_repeats, args.check, args.cpu_threads, args.warm_up_requests)
         text = json.dumps(res, indent=1)
         if args.json:
             Path(args.json).write_text(text + "\n")
