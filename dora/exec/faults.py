@@ -9,7 +9,8 @@
   actor starts, loads the newest published weights, and comes back (`recover` row,
   InstanceRecovered).
 - The trainer killed during a step (`kill_trainer_at_step`: the step that would publish that
-  version): a new trainer actor loads the last checkpoint (written every `checkpoint_every`
+  version; every rank, or only rank `kill_trainer_rank`, whose peers then fail on their next
+  collective or are found waiting on it): the whole group is killed and a new trainer loads the last checkpoint (written every `checkpoint_every`
   steps with the driver's data-consumption state), re-trains the batches consumed since that
   checkpoint in order, then redoes the cut step on the same batch (`trainer_restart` row).
   Every group is trained exactly once in the surviving model's history.
@@ -34,6 +35,7 @@ class FaultConfig:
     kill_instance: int = 0  # which rollout instance
     restart_instances: bool = False  # start a replacement actor for a dead instance
     kill_trainer_at_step: int = -1  # kill the trainer during the step that publishes this version (-1: never)
+    kill_trainer_rank: int = -1  # with kill_trainer_at_step: only this rank of trainer.ranks (-1: every rank)
     load_fail_at: list[list[int]] = field(default_factory=list)  # [[instance, version], ...]: a load >= version fails
     load_retries: int = 2  # failed loads retried per (instance, version) before the instance is retired
 
@@ -46,14 +48,21 @@ class FaultConfig:
         if self.kill_trainer_at_step == 0 or self.kill_trainer_at_step < -1:
             raise InputError(f"kill_trainer_at_step: must be -1 (never) or a step >= 1, "
                              f"got {self.kill_trainer_at_step}; set it to -1 or 1 or more")
+        if self.kill_trainer_rank < -1:
+            raise InputError(f"kill_trainer_rank: must be -1 (every rank) or a rank >= 0, got "
+                             f"{self.kill_trainer_rank}; set it to -1 or 0 or more")
         for k, item in enumerate(self.load_fail_at):
             if len(item) != 2 or item[0] < 0 or item[1] < 1:
                 raise InputError(f"load_fail_at[{k}]: expected [instance >= 0, version >= 1], got {item!r}")
         if self.load_retries < 0:
             raise too_small("load_retries", self.load_retries, 0)
 
-    def check_run(self, instances: int, steps: int, checkpoint_every: int, weight_sync: str) -> None:
+    def check_run(self, instances: int, steps: int, checkpoint_every: int, weight_sync: str,
+                  ranks: int = 1) -> None:
         """Checks that need the rest of the run's configuration."""
+        if self.kill_trainer_rank >= ranks:
+            raise InputError(f"faults.kill_trainer_rank: rank {self.kill_trainer_rank} does not exist (trainer.ranks "
+                             f"is {ranks}); use -1 (every rank) or 0..{ranks - 1}")
         if self.kill_instance_at_step >= 0:
             if self.kill_instance >= instances:
                 raise InputError(f"faults.kill_instance: {self.kill_instance} does not exist (rollout.instances is "

@@ -179,6 +179,7 @@ class Orchestrator(Rollout, Training, Recovery, Collective, Body):
             waiting = list(self.loads) + list(self.recovering) + [f for f, _ in self.saves]
             if self.train_job is not None:
                 waiting.append(self.train_job[0])
+                waiting.extend(self.trainer.others)  # a rank > 0 dying mid-step ends the step
             if waiting:
                 ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=0)
                 for ref in ready:
@@ -224,7 +225,11 @@ class Orchestrator(Rollout, Training, Recovery, Collective, Body):
             self.ckpt_version = max(self.ckpt_version, version)
             for v in [v for v in self.batches if v <= self.ckpt_version]:
                 del self.batches[v]  # a restart never goes back past this checkpoint
-        else:
+        elif self.trainer.owns(ref):  # a rank > 0 call settled: if its rank died, the step in flight is cut
+            why = self.trainer.dead_rank(self.dead_errors)
+            if why and self.train_job is not None and self.start_trainer is not None:
+                self._restart_trainer(why)
+        elif self.train_job is not None and ref is self.train_job[0]:
             fut, t_start, rows, tokens = self.train_job
             try:
                 stats = ray.get(fut)
@@ -232,6 +237,12 @@ class Orchestrator(Rollout, Training, Recovery, Collective, Body):
                 if self.start_trainer is None:
                     raise
                 self._restart_trainer(f"trainer actor died ({type(e).__name__})")
+                return
+            except Exception:  # rank 0 failed in a collective: restart if a peer rank died, else a bug
+                why = self.trainer.dead_rank(self.dead_errors, wait_s=30.0) if self.start_trainer is not None else ""
+                if not why:
+                    raise
+                self._restart_trainer(why)
                 return
             if self.restarting is not None:
                 stats, info = stats

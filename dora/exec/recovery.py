@@ -106,8 +106,9 @@ class Recovery:
         self._instance_died(inst, f"retired: loading version {version} failed ({why})")
 
     def _restart_trainer(self, why: str) -> None:
-        """A new trainer actor resumes from the last checkpoint, re-trains what was consumed since
-        and redoes the cut step (one call, so rollout goes on meanwhile); checked in _on_redone."""
+        """A new trainer (every rank: a group that lost one is not repaired) resumes from the last
+        checkpoint, re-trains what was consumed since and redoes the cut step (one call, so rollout
+        goes on meanwhile); checked in _on_redone."""
         t = self.now()
         _, _, rows, tokens = self.train_job
         step = self.version + 1

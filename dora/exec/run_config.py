@@ -110,7 +110,8 @@ class ExecConfig:
                              "set it to false")
         if self.checkpoint_every < 0:
             raise too_small("checkpoint_every", self.checkpoint_every, 0, "steps (0: at the end only)")
-        self.faults.check_run(self.rollout.instances, self.steps, self.checkpoint_every, self.rollout.weight_sync)
+        self.faults.check_run(self.rollout.instances, self.steps, self.checkpoint_every, self.rollout.weight_sync,
+                              self.trainer.ranks)
 
 
 ENGINE_BYTES = 2 ** 30  # an engine's own memory besides the weights (runtime, buffers), at the least

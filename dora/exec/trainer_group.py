@@ -8,8 +8,10 @@ Rank 0 picks a free port on its node (`free_address`); every rank then joins wit
 init_process_group(backend, init_method="tcp://addr:port", rank, world_size) (`join_group`):
 gloo when the trainer runs on CPU, NCCL on CUDA (one GPU per rank). Every call goes to every
 rank in the same order, so their collectives pair up; the caller gets rank 0's result (the
-others' are watched: an error there is raised at the group's next call). One rank (ranks = 1)
-is the single trainer actor of before, without a process group.
+others' are watched: an error there is raised at the group's next call, and `dead_rank` says
+whether one died). One rank (ranks = 1) is the single trainer actor of before, without a
+process group. A group that lost a rank is not repaired: the driver kills it and starts a new
+one from the last checkpoint (dora.exec.recovery).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class TrainerGroup:
         self.actors = list(actors)
         self.runtime = runtime  # ray, or dora.exec.local_runtime.LocalRuntime (one rank)
         self.others: list = list(joins or [])  # futures of calls whose result nobody else reads
+        self.errors: list[BaseException] = []  # errors of rank > 0 calls (check raises the first)
 
     @classmethod
     def start(cls, runtime, actor_cls, model: str, cfg, out: str, *, ranks: int, **options: Any) -> "TrainerGroup":
@@ -95,14 +98,39 @@ class TrainerGroup:
 
     def check(self) -> None:
         """Raise the error of any rank > 0 call that has failed; forget those that succeeded."""
+        self._collect(0.0)
+        if self.errors:
+            raise self.errors[0]
+
+    def _collect(self, timeout_s: float) -> None:
+        """Settle the rank > 0 calls finished within `timeout_s` (all of them, or the time is up)."""
         if not self.others:
             return
-        done, self.others = self.runtime.wait(self.others, num_returns=len(self.others), timeout=0)
-        if done:
-            self.runtime.get(done)
+        done, self.others = self.runtime.wait(self.others, num_returns=len(self.others), timeout=timeout_s)
+        for ref in done:
+            try:
+                self.runtime.get(ref)
+            except Exception as e:  # noqa: BLE001 - kept, raised by check()
+                self.errors.append(e)
+
+    def owns(self, ref) -> bool:
+        """Whether `ref` is one of the rank > 0 calls the group watches."""
+        return any(ref is r for r in self.others)
+
+    def dead_rank(self, dead_errors: tuple[type[BaseException], ...], wait_s: float = 0.0) -> str:
+        """'' if no rank > 0 call has failed because its actor died (waiting up to `wait_s` for them
+        to settle: after rank 0 failed in a collective, the dead peer's call tells why); else how."""
+        self._collect(wait_s)
+        dead = [e for e in self.errors if isinstance(e, dead_errors)]
+        return f"a trainer rank died ({type(dead[0]).__name__})" if dead else ""
+
+    def kill_rank(self, rank: int) -> None:
+        """Kill one rank's actor (fault injection; its peers fail at their next collective)."""
+        self.runtime.kill(self.actors[rank])
 
     def kill(self) -> None:
         """Kill every rank (a restart starts a whole new group)."""
         self.others = []
+        self.errors = []
         for a in self.actors:
             self.runtime.kill(a)

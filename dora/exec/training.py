@@ -40,10 +40,18 @@ class Training:
         train_rows(self.log, now, self.version, consumed, tokens)
         self.batches[self.version + 1] = batch
         self.trained_at[self.version + 1] = list(a.prompt_ids)
+        why = self.trainer.dead_rank(self.dead_errors) if self.start_trainer is not None else ""
+        if why:  # a rank died since the last step: a new group redoes this one from the last checkpoint
+            self.train_job = (None, now, rows, tokens)
+            self._restart_trainer(why)
+            return
         self.train_job = (self.trainer.step.remote(batch), now, rows, tokens)
         if self.faults.kill_trainer_at_step == self.version + 1 and not self.killed_trainer:
             self.killed_trainer = True  # fault injection: the trainer dies during this step
-            self.trainer.kill()  # every rank
+            if self.faults.kill_trainer_rank < 0:
+                self.trainer.kill()  # every rank
+            else:
+                self.trainer.kill_rank(self.faults.kill_trainer_rank)
 
     def _on_trained(self, stats: dict, t_start: float, rows: list[dict], tokens: int) -> None:
         now = self.now()

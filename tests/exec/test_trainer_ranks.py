@@ -138,6 +138,38 @@ def test_two_rank_trainer_on_ray_survives_a_kill(tiny_model_dir, tmp_path):
     assert (res.events["event"] == "weight_sync_end").sum() >= m["steps"] - 1
 
 
+def test_two_rank_trainer_survives_one_rank_dying(tiny_model_dir, tmp_path):
+    """Only rank 1 is killed during step 2: rank 0's collective fails (or it is found waiting on
+    it), the driver kills the group and a new one resumes from the last checkpoint, redoing step 2;
+    every group is trained exactly once and C1-C3 hold."""
+    pytest.importorskip("ray")
+    from tests.exec.test_faults import B, G, _config, _run
+
+    cfg = _config(tiny_model_dir, tmp_path, "ray", {"kill_trainer_at_step": 2, "kill_trainer_rank": 1},
+                  checkpoint_every=1, steps=3, trainer={"threads": 1, "ranks": 2})
+    res = _run(cfg)
+    m = res.metrics
+    assert m["steps"] == 3 and m["trained_samples"] == 3 * B * G
+    assert m["c1_violations"] == m["c2_lost"] == m["c2_duplicated"] == m["c3_violations"] == 0
+    restarts = res.events[res.events["event"] == "trainer_restart"]
+    assert len(restarts) == 1 and "a trainer rank died" in restarts["detail"].iloc[0]
+    assert "redo step 2" in restarts["detail"].iloc[0]
+    train = res.events[res.events["event"] == "train"]
+    assert train["trajectory"].is_unique and (train.groupby("prompt_id").size() == G).all()
+
+
+def test_killed_rank_must_exist():
+    from dora.config import build
+    from dora.errors import InputError
+    from dora.exec.run_config import ExecConfig
+
+    with pytest.raises(InputError, match=r"kill_trainer_rank: rank 2 does not exist \(trainer.ranks is 2\)"):
+        build(ExecConfig, {"model": "m", "steps": 3, "checkpoint_every": 1, "trainer": {"ranks": 2},
+                           "faults": {"kill_trainer_at_step": 2, "kill_trainer_rank": 2}})
+    with pytest.raises(InputError, match=r"kill_trainer_rank: must be -1"):
+        build(ExecConfig, {"model": "m", "faults": {"kill_trainer_rank": -2}})
+
+
 @pytest.mark.slow
 def test_every_policy_with_two_trainer_ranks(tiny_model_dir, tmp_path):
     """The five policies on Ray with trainer.ranks=2, as tests/exec/test_orchestrator.py runs them with 1."""
