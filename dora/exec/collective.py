@@ -15,7 +15,7 @@ Each broadcast is a `weight_sync_start` / `weight_sync_end` row pair with its by
 from __future__ import annotations
 
 from dora.body import instance_row, weight_sync_row
-from dora.exec.weight_sync import group_spec
+from dora.exec.weight_sync import abort_group, group_spec
 
 SYNC_ATTEMPTS = 3
 
@@ -75,16 +75,22 @@ class Collective:
             tref = self.trainer.broadcast_weights.remote(spec, version, self.cfg.rollout.dtype)
             refs = {i: self.engines[i].receive_weights.remote(spec, rank, keep_from)
                     for rank, i in enumerate(pending, 1)}
-            failed = []
-            for i, ref in refs.items():
-                try:
-                    self.ray.get(ref)
-                    staged.add(i)
-                except self.dead_errors as e:
-                    self._sync_member_died(i, f"actor died ({type(e).__name__})")
-                except Exception as e:  # noqa: BLE001 - received nothing usable: sent again
-                    errors[i] = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
-                    failed.append(i)
+            failed, left, aborted = [], {ref: i for i, ref in refs.items()}, False
+            while left:  # as they come: a dead member aborts the generation, so no one waits for it
+                ready, _ = self.ray.wait(list(left), num_returns=1)
+                for ref in ready:
+                    i = left.pop(ref)
+                    try:
+                        self.ray.get(ref)
+                        staged.add(i)
+                    except self.dead_errors as e:
+                        self._sync_member_died(i, f"actor died ({type(e).__name__})")
+                        if not aborted:
+                            abort_group(spec)
+                            aborted = True
+                    except Exception as e:  # noqa: BLE001 - received nothing usable: sent again
+                        errors[i] = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+                        failed.append(i)
             nbytes, trainer_err = 0, ""
             try:
                 nbytes = int(self.ray.get(tref)["bytes"])

@@ -73,6 +73,7 @@ def make_group(spec: dict, rank: int, store: Any = None) -> Any:
         store = dist.TCPStore(spec["host"], spec["port"], is_master=False, timeout=timeout)
     prefixed = dist.PrefixStore(f"dora-wsync/{spec['generation']}/", store)
     size = spec["world_size"]
+    _arrive(prefixed, size, spec["timeout_s"])
     if spec["backend"] == "nccl":
         opts = dist.ProcessGroupNCCL.Options()
         opts._timeout = timeout
@@ -81,6 +82,33 @@ def make_group(spec: dict, rank: int, store: Any = None) -> Any:
     opts._timeout = timeout
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=local_ip_towards(spec["host"], spec["port"]))]
     return dist.ProcessGroupGloo(prefixed, rank, size, opts)
+
+
+ARRIVE_POLL_S = 0.01
+
+
+def _arrive(store: Any, size: int, timeout_s: float) -> None:
+    """Wait until all `size` members of a generation have arrived at its store, or the driver has
+    aborted it (`abort_group`: a member died before arriving), before the process group is built
+    (building it would wait for a dead member until the timeout)."""
+    store.add("arrived", 1)
+    deadline = time.monotonic() + timeout_s
+    while store.add("arrived", 0) < size:
+        if store.check(["abort"]):
+            raise RuntimeError("weight sync: this group generation was aborted (a member died before joining)")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"weight sync: {size - store.add('arrived', 0)} of {size} members did not join "
+                               f"within {timeout_s:.0f} s")
+        time.sleep(ARRIVE_POLL_S)
+
+
+def abort_group(spec: dict) -> None:
+    """Abort the generation `spec` describes: members still waiting for the others to arrive
+    raise at once (a member that died before arriving would hold them until the timeout)."""
+    import torch.distributed as dist
+
+    store = dist.TCPStore(spec["host"], spec["port"], is_master=False, timeout=datetime.timedelta(seconds=30))
+    dist.PrefixStore(f"dora-wsync/{spec['generation']}/", store).set("abort", "1")
 
 
 def _bcast(pg: Any, t: Any) -> None:

@@ -111,6 +111,40 @@ def test_a_version_the_trainer_no_longer_holds_fails_on_every_member():
     assert "cannot send version 3" in err["e"] and stage.versions() == []
 
 
+def test_a_generation_aborted_for_a_dead_member_frees_the_others_at_once():
+    """World of 3 (trainer + 2 engines) where engine 2 never arrives (it died before joining): the
+    driver's abort_group makes the trainer and engine 1 raise at once instead of waiting for the
+    60 s timeout; the next generation without the dead member then works."""
+    import time
+
+    from dora.exec.weight_sync import abort_group
+
+    sender, stage = WeightSender("gloo"), WeightStage()
+    spec = group_spec(sender.address(), generation=1, world_size=3, timeout_s=60)
+    err = {}
+
+    def recv():
+        try:
+            stage.receive(spec, 1, 0)
+        except RuntimeError as e:
+            err["e"] = str(e)
+
+    t = threading.Thread(target=recv)
+    t.start()
+    threading.Timer(0.5, abort_group, args=(spec,)).start()
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="aborted"):
+        sender.broadcast(spec, 1, 1, lambda: [("w", torch.ones(2))])
+    t.join(60)
+    assert time.monotonic() - t0 < 30 and "aborted" in err["e"]
+    spec2 = group_spec(sender.address(), generation=2, world_size=2, timeout_s=60)
+    t = threading.Thread(target=lambda: stage.receive(spec2, 1, 0))
+    t.start()
+    sender.broadcast(spec2, 1, 1, lambda: [("w", torch.ones(2))])
+    t.join(60)
+    assert stage.versions() == [1]
+
+
 @pytest.mark.parametrize("override, needle", [
     ({"weight_sync": "nccl"}, "weight_sync: 'nccl' is not one of 'collective', 'tensors', 'checkpoint'"),
     ({"weight_sync_backend": "mpi"}, "weight_sync_backend: 'mpi' is not one of"),
