@@ -91,20 +91,26 @@ def test_stage_keeps_the_versions_still_loadable_and_reuses_the_group():
     assert stages[0]._group is not group and stages[0].versions() == [4, 5]
 
 
-def test_a_version_the_trainer_no_longer_holds_fails_on_every_member():
-    sender = WeightSender("gloo")
-    stage = WeightStage()
-    spec = group_spec(sender.address(), generation=1, world_size=2, timeout_s=60)
-    err = {}
+def _receive_in_thread(stage, spec, rank: int = 1):
+    """Start `stage.receive(spec, rank)` in a thread; its RuntimeError's text lands in err['e']."""
+    err: dict = {}
 
     def recv():
         try:
-            stage.receive(spec, 1, 0)
+            stage.receive(spec, rank, 0)
         except RuntimeError as e:
             err["e"] = str(e)
 
     t = threading.Thread(target=recv)
     t.start()
+    return t, err
+
+
+def test_a_version_the_trainer_no_longer_holds_fails_on_every_member():
+    sender = WeightSender("gloo")
+    stage = WeightStage()
+    spec = group_spec(sender.address(), generation=1, world_size=2, timeout_s=60)
+    t, err = _receive_in_thread(stage, spec)
     with pytest.raises(RuntimeError, match="cannot send version 3"):
         sender.broadcast(spec, 3, 4, lambda: [("w", torch.zeros(2))])
     t.join(60)
@@ -121,16 +127,7 @@ def test_a_generation_aborted_for_a_dead_member_frees_the_others_at_once():
 
     sender, stage = WeightSender("gloo"), WeightStage()
     spec = group_spec(sender.address(), generation=1, world_size=3, timeout_s=60)
-    err = {}
-
-    def recv():
-        try:
-            stage.receive(spec, 1, 0)
-        except RuntimeError as e:
-            err["e"] = str(e)
-
-    t = threading.Thread(target=recv)
-    t.start()
+    t, err = _receive_in_thread(stage, spec)
     threading.Timer(0.5, abort_group, args=(spec,)).start()
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="aborted"):
