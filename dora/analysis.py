@@ -157,6 +157,14 @@ def loads(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def weight_syncs(df: pd.DataFrame) -> pd.DataFrame:
+    """Collective weight syncs (executor): t0, t1, version, bytes, detail (of the end row)."""
+    out = _pair(df, "weight_sync_start", "weight_sync_end")
+    r1 = out["row1"].to_numpy()
+    return out.assign(version=df["version"].to_numpy()[r1], bytes=df["tokens"].to_numpy()[r1],
+                      detail=df["detail"].to_numpy()[r1].astype(str))
+
+
 def downtime(df: pd.DataFrame) -> pd.DataFrame:
     """Failed periods per instance (fail -> recover, or to the end of the run)."""
     ev = event_names(df)

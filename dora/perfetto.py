@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from dora import io
-from dora.analysis import check_log, event_names, label_runs, loads, segments, tool_calls, trainer_steps
+from dora.analysis import (check_log, event_names, label_runs, loads, segments, tool_calls, trainer_steps,
+                           weight_syncs)
 
 TRAINER_PID = 1
 INSTANCE_PID0 = 100  # instance i is pid INSTANCE_PID0 + i
@@ -151,11 +152,10 @@ def trace_events(df: pd.DataFrame) -> dict:
             args["detail"] = str(det[r])
         out.append({"ph": "i", "s": "t", "name": str(ev[r]), "cat": "event", "pid": INSTANCE_PID0 + int(inst[r]),
                     "tid": 0, "ts": _us(t[r]), "args": args})
-    t0s, ends = np.flatnonzero(ev == "weight_sync_start"), np.flatnonzero(ev == "weight_sync_end")
-    for r0, r1 in zip(t0s, ends):  # one broadcast at a time: the k-th start pairs with the k-th end
-        out.append({"ph": "X", "name": f"weight sync v{int(ver[r1])}", "cat": "weights", "pid": TRAINER_PID, "tid": 2,
-                    "ts": _us(t[r0]), "dur": _dur(t[r0], t[r1]),
-                    "args": {"version": int(ver[r1]), "bytes": int(tok[r1]), "detail": str(det[r1])}})
+    for w in weight_syncs(df).itertuples():
+        out.append({"ph": "X", "name": f"weight sync v{int(w.version)}", "cat": "weights", "pid": TRAINER_PID,
+                    "tid": 2, "ts": _us(w.t0), "dur": _dur(w.t0, w.t1),
+                    "args": {"version": int(w.version), "bytes": int(w.bytes), "detail": w.detail}})
     for r in np.flatnonzero(ev == "publish"):
         out.append({"ph": "i", "s": "p", "name": f"published v{int(ver[r])}", "cat": "trainer", "pid": TRAINER_PID,
                     "tid": 1, "ts": _us(t[r]), "args": {"version": int(ver[r])}})

@@ -69,9 +69,7 @@ def make_group(spec: dict, rank: int, store: Any = None) -> Any:
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=spec["timeout_s"])
-    if store is None:
-        store = dist.TCPStore(spec["host"], spec["port"], is_master=False, timeout=timeout)
-    prefixed = dist.PrefixStore(f"dora-wsync/{spec['generation']}/", store)
+    prefixed = _generation_store(spec, store)
     size = spec["world_size"]
     _arrive(prefixed, size, spec["timeout_s"])
     if spec["backend"] == "nccl":
@@ -105,10 +103,18 @@ def _arrive(store: Any, size: int, timeout_s: float) -> None:
 def abort_group(spec: dict) -> None:
     """Abort the generation `spec` describes: members still waiting for the others to arrive
     raise at once (a member that died before arriving would hold them until the timeout)."""
+    _generation_store(spec, timeout_s=30.0).set("abort", "1")
+
+
+def _generation_store(spec: dict, store: Any = None, timeout_s: float | None = None) -> Any:
+    """The keys of `spec`'s generation on the trainer's store (`store`: rank 0's master store;
+    else a client connection, waiting up to `timeout_s`, default the spec's)."""
     import torch.distributed as dist
 
-    store = dist.TCPStore(spec["host"], spec["port"], is_master=False, timeout=datetime.timedelta(seconds=30))
-    dist.PrefixStore(f"dora-wsync/{spec['generation']}/", store).set("abort", "1")
+    if store is None:
+        timeout = datetime.timedelta(seconds=spec["timeout_s"] if timeout_s is None else timeout_s)
+        store = dist.TCPStore(spec["host"], spec["port"], is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"dora-wsync/{spec['generation']}/", store)
 
 
 def _bcast(pg: Any, t: Any) -> None:

@@ -610,9 +610,9 @@ class RolloutEngine(ABC):
     def _load_path(self, path: str) -> None:
         """Replace the weights in place from a checkpoint directory; no request is running."""
 
+    @abstractmethod
     def _load_staged(self, payload: Any) -> None:
-        """Replace the weights in place from a staged version (dora.exec.engine.staged)."""
-        raise NotImplementedError
+        """Replace the weights in place from a staged version (dora.exec.engine.staged.StagedLoads)."""
 
     @abstractmethod
     def _shutdown(self) -> None:

@@ -7,6 +7,7 @@ keeps it in its worker process instead (vllm_engine.py, vllm_worker.py)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from dora.errors import InputError
@@ -20,17 +21,32 @@ def cut_last(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     return list(cut_last_tensor(dict(items)).items())
 
 
-class StagedLoads:
+def apply_staged(stage: WeightStage, version: int, cut: bool, load: Callable[[list[tuple[str, Any]]], Any]) -> int:
+    """Load the staged `version` through `load` (cut short first when `cut`: an injected failure),
+    then mark it loaded. Returns the tensor count."""
+    items = stage.get(version)
+    load(cut_last(items) if cut else items)
+    stage.loaded_version(version)
+    return len(items)
+
+
+class StageHolder:
+    """The process's WeightStage, made on first use (by whichever thread comes first). Mixed into
+    the engines and into vLLM's worker (vllm_worker.py): dora-prefixed names, to stay clear of
+    the worker's own."""
+
+    _dora_wstage: WeightStage | None = None
+    _dora_wstage_lock = threading.Lock()
+
+    def _dora_weight_stage(self) -> WeightStage:
+        with self._dora_wstage_lock:
+            if self._dora_wstage is None:
+                self._dora_wstage = WeightStage()
+            return self._dora_wstage
+
+
+class StagedLoads(StageHolder):
     """receive_weights / load_staged for a RolloutEngine (which defines `_load`, `_load_tensors`)."""
-
-    _wstage: WeightStage | None = None
-    _wstage_lock = threading.Lock()  # made on first use, by whichever thread comes first
-
-    def _stage(self) -> WeightStage:
-        with self._wstage_lock:
-            if self._wstage is None:
-                self._wstage = WeightStage()
-            return self._wstage
 
     def receive_weights(self, spec: dict, rank: int, keep_from: int) -> dict:
         """Join the trainer's group `spec` as `rank`, receive the version it broadcasts and stage
@@ -40,10 +56,10 @@ class StagedLoads:
         if spec["backend"] == "nccl" and str(device).split(":")[0] != "cuda":
             raise InputError(f"rollout.weight_sync_backend: nccl needs the engines on CUDA, this one is on {device}; "
                              "set rollout.weight_sync_backend=gloo")
-        return self._stage().receive(spec, rank, keep_from, device)
+        return self._dora_weight_stage().receive(spec, rank, keep_from, device)
 
     def staged_versions(self) -> list[int]:
-        return self._stage().versions()
+        return self._dora_weight_stage().versions()
 
     def load_staged(self, version: int, mode: str = "drain", cut_last_tensor: bool = False) -> float:
         """Load a staged version (no transfer). `cut_last_tensor`: injected failure part-way.
@@ -52,7 +68,4 @@ class StagedLoads:
 
     def _load_staged(self, payload: tuple[int, bool]) -> None:
         version, cut = payload
-        stage = self._stage()
-        items = stage.get(version)
-        self._load_tensors(cut_last(items) if cut else items)  # type: ignore[attr-defined]
-        stage.loaded_version(version)
+        apply_staged(self._dora_weight_stage(), version, cut, self._load_tensors)  # type: ignore[attr-defined]

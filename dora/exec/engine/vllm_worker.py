@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dora.exec.engine.staged import StageHolder
 
-class DoraWorkerExtension:
+
+class DoraWorkerExtension(StageHolder):
     """Methods callable through `AsyncLLM.collective_rpc("dora_...")`."""
 
     def dora_load_packed(self, packed: list, refresh: bool = True) -> int:
@@ -35,30 +37,20 @@ class DoraWorkerExtension:
             raise RuntimeError(f"weight sync: collective needs one vLLM worker per engine, this one has {world}; "
                                "use rollout.weight_sync=tensors")
         device = self.device if spec["backend"] == "nccl" else "cpu"
-        return self._dora_stage().receive(spec, rank, keep_from, device)
+        return self._dora_weight_stage().receive(spec, rank, keep_from, device)
 
     def dora_load_staged(self, version: int, cut_last_tensor: bool = False) -> int:
         """Reload from the staged `version` (no transfer), then refresh the CPU GEMMs."""
-        from dora.exec.engine.staged import cut_last
+        from dora.exec.engine.staged import apply_staged
 
-        stage = self._dora_stage()
-        items = stage.get(version)
-        self.reload_weights(weights_iterator=iter(cut_last(items) if cut_last_tensor else items),
-                            is_checkpoint_format=True)
-        self.dora_refresh_cpu_gemm()
-        stage.loaded_version(version)
-        return len(items)
+        def load(items: list) -> None:
+            self.reload_weights(weights_iterator=iter(items), is_checkpoint_format=True)
+            self.dora_refresh_cpu_gemm()
+
+        return apply_staged(self._dora_weight_stage(), version, cut_last_tensor, load)
 
     def dora_staged_versions(self) -> list[int]:
-        return self._dora_stage().versions()
-
-    def _dora_stage(self):
-        from dora.exec.weight_sync import WeightStage
-
-        stage = getattr(self, "_dora_wstage", None)
-        if stage is None:
-            stage = self._dora_wstage = WeightStage()
-        return stage
+        return self._dora_weight_stage().versions()
 
     def dora_load_path(self, path: str, refresh: bool = True) -> str:
         """Reload from a checkpoint directory (same architecture)."""
