@@ -20,6 +20,15 @@ from dora.exec.weight_sync import abort_group, group_spec
 SYNC_ATTEMPTS = 3
 
 
+def _abort_quietly(spec: dict) -> None:
+    """Abort a generation whose trainer died; its store may have died with it (its members'
+    next call on the store then fails anyway)."""
+    try:
+        abort_group(spec)
+    except Exception:  # noqa: BLE001 - no store to reach: nothing to abort
+        pass
+
+
 class Collective:
     """Collective weight sync for `Orchestrator` (which defines every attribute used here)."""
 
@@ -76,9 +85,16 @@ class Collective:
             refs = {i: self.engines[i].receive_weights.remote(spec, rank, keep_from)
                     for rank, i in enumerate(pending, 1)}
             failed, left, aborted = [], {ref: i for i, ref in refs.items()}, False
-            while left:  # as they come: a dead member aborts the generation, so no one waits for it
-                ready, _ = self.ray.wait(list(left), num_returns=1)
+            watch_trainer = True
+            while left:  # as they come: a dead member (or trainer) aborts the generation, so no one waits for it
+                ready, _ = self.ray.wait(list(left) + ([tref] if watch_trainer else []), num_returns=1)
                 for ref in ready:
+                    if ref is tref:
+                        watch_trainer = False
+                        if self._trainer_failed(tref) and not aborted:  # it will never join: free the members
+                            _abort_quietly(spec)
+                            aborted = True
+                        continue
                     i = left.pop(ref)
                     try:
                         self.ray.get(ref)
@@ -94,10 +110,12 @@ class Collective:
             nbytes, trainer_err = 0, ""
             try:
                 nbytes = int(self.ray.get(tref)["bytes"])
-            except self.dead_errors:
-                raise RuntimeError(f"weight sync of version {version}: the trainer actor died during the broadcast; "
-                                   "it is restarted only during a step") from None
-            except Exception as e:  # noqa: BLE001 - a member dropped out mid-broadcast
+            except Exception as e:  # noqa: BLE001 - the trainer died (restarted by the driver), or a member dropped out
+                if isinstance(e, self.dead_errors) or self.trainer.dead_rank(self.dead_errors, wait_s=30.0):
+                    weight_sync_row(self.log, self.now(), "weight_sync_end", version, 0, self.now() - t0,
+                                    f"{how}: the trainer died")
+                    self.sync_group = None
+                    raise
                 trainer_err = f"; trainer: {type(e).__name__}"
             now = self.now()
             done = sorted(i for i in refs if i in staged)
@@ -112,6 +130,13 @@ class Collective:
             self._sync_member_died(i, f"retired: weight sync of version {version} failed {SYNC_ATTEMPTS} times "
                                       f"({errors[i]})")
         return staged
+
+    def _trainer_failed(self, tref) -> bool:
+        try:
+            self.ray.get(tref)
+        except Exception:  # noqa: BLE001 - read again below
+            return True
+        return False
 
     def _sync_member_died(self, inst: int, why: str) -> None:
         if inst in self.awaiting_sync:  # a replacement that died before coming back: down for good

@@ -10,7 +10,9 @@
   InstanceRecovered).
 - The trainer killed during a step (`kill_trainer_at_step`: the step that would publish that
   version; every rank, or only rank `kill_trainer_rank`, whose peers then fail on their next
-  collective or are found waiting on it): the whole group is killed and a new trainer loads the
+  collective or are found waiting on it), or as it publishes that version
+  (`kill_trainer_during=publish`: the weights it gathers, saves or broadcasts never reach the
+  engines): the whole group is killed and a new trainer loads the
   last checkpoint (written every `checkpoint_every` steps with the driver's data-consumption
   state), re-trains the batches consumed since that checkpoint in order, then redoes the cut
   step on the same batch (`trainer_restart` row).
@@ -26,6 +28,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from dora.errors import InputError, too_small
 
@@ -37,6 +40,7 @@ class FaultConfig:
     restart_instances: bool = False  # start a replacement actor for a dead instance
     kill_trainer_at_step: int = -1  # kill the trainer during the step that publishes this version (-1: never)
     kill_trainer_rank: int = -1  # with kill_trainer_at_step: only this rank of trainer.ranks (-1: every rank)
+    kill_trainer_during: Literal["step", "publish"] = "step"  # with kill_trainer_at_step: during its compute or its publication
     load_fail_at: list[list[int]] = field(default_factory=list)  # [[instance, version], ...]: a load >= version fails
     load_retries: int = 2  # failed loads retried per (instance, version) before the instance is retired
 

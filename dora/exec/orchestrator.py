@@ -111,6 +111,7 @@ class Orchestrator(Rollout, Training, Recovery, Collective, Body):
         self.recovering: dict[Any, tuple[int, int, float]] = {}  # future -> (instance, version loading or -1, t_start)
         self.killed_instance = False
         self.killed_trainer = False
+        self.republishing = False  # a new trainer redoes a step whose publication the old one died in
         self.injected_dead: set[int] = set()
         self.load_failures: dict[tuple[int, int], int] = {}  # (instance, version) -> failed attempts
         self.inject_load: list[list[int]] = [list(x) for x in self.faults.load_fail_at]  # failures still to inject

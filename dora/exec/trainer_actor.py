@@ -52,6 +52,17 @@ class TrainerActor:
         state = self.trainer.state_dict_for_publish()
         return state if self.rank == 0 else {}
 
+    def close(self) -> None:
+        """Killed in-process (dora.exec.local_runtime): the weight-sync group and store go, as with
+        the process on Ray."""
+        sender = getattr(self, "_wsender", None)
+        if sender is not None:
+            sender.close()
+
+    def version_held(self) -> int:
+        """The version this trainer's weights are at (a cheap call: answered only by a live trainer)."""
+        return int(self.trainer.version)
+
     def weight_sync_address(self, backend: str = "auto") -> dict:
         """Collective weight sync: host, port and backend of this process's store (dora.exec.weight_sync)."""
         return self._weight_sender(backend).address()

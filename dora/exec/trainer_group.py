@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 METHODS = ("step", "weights", "save_weights", "save_checkpoint", "resume", "resume_and_step", "broadcast_weights")
-RANK0_METHODS = ("weight_sync_address",)  # answered by rank 0 alone (it serves the weight-sync store)
+RANK0_METHODS = ("weight_sync_address", "version_held")  # answered by rank 0 alone
 
 
 def free_address() -> str:

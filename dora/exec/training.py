@@ -46,27 +46,36 @@ class Training:
             self._restart_trainer(why)
             return
         self.train_job = (self.trainer.step.remote(batch), now, rows, tokens)
-        if self.faults.kill_trainer_at_step == self.version + 1 and not self.killed_trainer:
+        f = self.faults
+        if f.kill_trainer_at_step == self.version + 1 and f.kill_trainer_during == "step" and not self.killed_trainer:
             self.killed_trainer = True  # fault injection: the trainer dies during this step
-            if self.faults.kill_trainer_rank < 0:
+            if f.kill_trainer_rank < 0:
                 self.trainer.kill()  # every rank
             else:
-                self.trainer.kill_rank(self.faults.kill_trainer_rank)
+                self.trainer.kill_rank(f.kill_trainer_rank)
 
     def _on_trained(self, stats: dict, t_start: float, rows: list[dict], tokens: int) -> None:
         now = self.now()
-        trainer_row(self.log, now, "train_end", self.version, tokens=tokens, dur_s=now - t_start, busy_s=now - t_start)
+        if not self.republishing:  # (a step redone after its publication failed has its train_end row)
+            trainer_row(self.log, now, "train_end", self.version, tokens=tokens, dur_s=now - t_start,
+                        busy_s=now - t_start)
         self.version += 1
-        sync = self.cfg.rollout.weight_sync
-        if sync == "collective":
-            self._publish_collective()  # broadcast to the engines, staged there
-        elif sync == "tensors":
-            ref = self.trainer.weights.remote()
-            self.ray.wait([ref])
-            self.weights[self.version] = ref
-        else:
-            self.weights[self.version] = self.ray.get(self.trainer.save_weights.remote(self.version))
-        self.pub_t[self.version] = self.now()
+        f = self.faults
+        if f.kill_trainer_during == "publish" and f.kill_trainer_at_step == self.version and not self.killed_trainer:
+            self.killed_trainer = True  # fault injection: the trainer dies as it publishes this version
+            self.trainer.kill() if f.kill_trainer_rank < 0 else self.trainer.kill_rank(f.kill_trainer_rank)
+        try:
+            self._publish_weights()
+        except Exception as e:  # noqa: BLE001 - the trainer died while publishing: restarted, else raised
+            why = self._trainer_lost(e)
+            if not why:
+                raise
+            self.version -= 1  # never published: a new trainer redoes the step and publishes it
+            self.republishing = True
+            self.train_job = (None, t_start, rows, tokens)
+            self._restart_trainer(f"{why} while publishing version {self.version + 1}")
+            return
+        self.republishing = False
         for old in [v for v in self.weights if v < self.version - self.cfg.policy.eta - 1]:
             del self.weights[old]
         pub = self.now()
@@ -91,6 +100,35 @@ class Training:
                   f"wall {pub:.1f} s", file=sys.stderr, flush=True)
         if self.version < self.cfg.steps:
             self.deliver(E.VersionPublished(self.version))
+
+    def _publish_weights(self) -> None:
+        """Make `self.version` loadable by the engines, by the configured weight sync."""
+        sync = self.cfg.rollout.weight_sync
+        v = self.version
+        if sync == "collective":
+            self._publish_collective()  # broadcast to the engines, staged there
+        elif sync == "tensors":
+            ref = self.trainer.weights.remote()
+            self.ray.wait([ref])
+            # the object is the trainer's if the trainer still holds this version (a trainer that died
+            # while gathering leaves an error in its place, which the engines would fail to load)
+            held = self.ray.get(self.trainer.version_held.remote())
+            if held != v:
+                raise RuntimeError(f"weights of version {v}: the trainer holds version {held}")
+            self.trainer.check()
+            self.weights[v] = ref
+        else:
+            self.weights[v] = self.ray.get(self.trainer.save_weights.remote(v))
+        self.pub_t[v] = self.now()
+
+    def _trainer_lost(self, e: BaseException) -> str:
+        """Why the trainer is gone, if publication `e` failed because a rank died (and a new
+        trainer can be started); '' otherwise."""
+        if self.start_trainer is None:
+            return ""
+        if isinstance(e, self.dead_errors):
+            return f"trainer actor died ({type(e).__name__})"
+        return self.trainer.dead_rank(self.dead_errors, wait_s=30.0)
 
     def data_state(self) -> dict:
         """The driver's data-consumption state at the current version (saved with a checkpoint)."""

@@ -240,6 +240,13 @@ class WeightSender:
                                         timeout=datetime.timedelta(seconds=600))
         return {"host": node_ip(), "port": int(self._store.port), "backend": self.backend}
 
+    def close(self) -> None:
+        """Drop the group and the store (their sockets close: members waiting on them fail, as
+        they would were this process gone)."""
+        self._group = None
+        self._store = None
+        self._packed = None
+
     def broadcast(self, spec: dict, version: int, current: int, weights: Callable[[], list]) -> dict:
         """Send `version` to the group `spec` (joining it first when its generation is new).
         `current`: the trainer's version; `weights()`: its (name, tensor) pairs, packed once per
@@ -257,7 +264,11 @@ class WeightSender:
                 send_missing(pg, version, why, self.device)
                 raise RuntimeError(f"weight sync: cannot send version {version}: {why}")
             self._packed = None
-            self._packed = Packed(version, list(weights()), self.bucket_bytes)
+            try:
+                self._packed = Packed(version, list(weights()), self.bucket_bytes)
+            except Exception as e:  # e.g. a peer trainer rank died during the gather: free the receivers
+                send_missing(pg, version, f"the trainer failed to gather it ({type(e).__name__})", self.device)
+                raise
         nbytes = send(pg, self._packed, self.device)
         return {"version": version, "bytes": nbytes, "seconds": time.perf_counter() - t0}
 

@@ -180,6 +180,30 @@ def test_killed_trainer_resumes_with_exactly_once_consumption(request, run, step
     assert sum(r["count"] for r in state["staleness"]) == STEPS * B * G  # each trajectory consumed once
 
 
+@pytest.mark.parametrize("sync", ["tensors", "checkpoint", "collective"])
+def test_trainer_killed_while_publishing_is_restarted(tiny_model_dir, tmp_path, sync):
+    """In-process: the trainer dies as it publishes version 3 (the weights it gathers, saves or
+    broadcasts never reach the engines). A new trainer resumes from the v2 checkpoint, redoes step 3
+    and publishes it; every version is published once, the step keeps its one train_end row, and
+    every group is trained exactly once."""
+    cfg = _config(tiny_model_dir, tmp_path, "local", {"kill_trainer_at_step": 3, "kill_trainer_during": "publish"},
+                  checkpoint_every=1, rollout={"instances": 2, "backend": "hf", "max_num_seqs": 16,
+                                               "max_model_len": 512, "weight_sync": sync})
+    res = _run(cfg)
+    _guarantees(cfg, res)
+    df = res.events
+    rs = _rows(df, "trainer_restart")
+    assert len(rs) == 1
+    assert "while publishing version 3" in rs["detail"].iloc[0] and "redo step 3" in rs["detail"].iloc[0]
+    assert sorted(_rows(df, "publish")["version"].tolist()) == list(range(1, STEPS + 1))
+    assert len(_rows(df, "train_start")) == len(_rows(df, "train_end")) == STEPS
+    train = _rows(df, "train")
+    assert train["trajectory"].is_unique and (train.groupby("prompt_id").size() == G).all()
+    if sync == "collective":  # the cut broadcast is closed with nothing sent
+        ends = _rows(df, "weight_sync_end")
+        assert (ends["detail"].str.contains("the trainer died") & (ends["tokens"] == 0)).sum() == 1
+
+
 # ---- failed weight loads --------------------------------------------------------------------
 
 def test_failed_load_is_retried_or_the_instance_retired(load_fail_run):

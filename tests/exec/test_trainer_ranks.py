@@ -138,14 +138,18 @@ def test_two_rank_trainer_on_ray_survives_a_kill(tiny_model_dir, tmp_path):
     assert (res.events["event"] == "weight_sync_end").sum() >= m["steps"] - 1
 
 
-def test_two_rank_trainer_survives_one_rank_dying(tiny_model_dir, tmp_path):
-    """Only rank 1 is killed during step 2: rank 0's collective fails (or it is found waiting on
-    it), the driver kills the group and a new one resumes from the last checkpoint, redoing step 2;
-    every group is trained exactly once and C1-C3 hold."""
+@pytest.mark.parametrize("during", ["step", "publish"])
+def test_two_rank_trainer_survives_one_rank_dying(tiny_model_dir, tmp_path, during):
+    """Only rank 1 is killed, during step 2 or as the group publishes version 2 (collective weight
+    sync: rank 0's gather for the broadcast fails, the engines waiting for it are freed): rank 0's
+    collective fails (or it is found waiting on it), the driver kills the group and a new one
+    resumes from the last checkpoint, redoing step 2 (and publishing it once); every group is
+    trained exactly once and C1-C3 hold."""
     pytest.importorskip("ray")
     from tests.exec.test_faults import B, G, _config, _run
 
-    cfg = _config(tiny_model_dir, tmp_path, "ray", {"kill_trainer_at_step": 2, "kill_trainer_rank": 1},
+    cfg = _config(tiny_model_dir, tmp_path, "ray", {"kill_trainer_at_step": 2, "kill_trainer_rank": 1,
+                                                    "kill_trainer_during": during},
                   checkpoint_every=1, steps=3, trainer={"threads": 1, "ranks": 2})
     res = _run(cfg)
     m = res.metrics
@@ -154,6 +158,11 @@ def test_two_rank_trainer_survives_one_rank_dying(tiny_model_dir, tmp_path):
     restarts = res.events[res.events["event"] == "trainer_restart"]
     assert len(restarts) == 1 and "a trainer rank died" in restarts["detail"].iloc[0]
     assert "redo step 2" in restarts["detail"].iloc[0]
+    assert sorted(res.events[res.events["event"] == "publish"]["version"].tolist()) == [1, 2, 3]
+    if during == "publish":
+        assert "while publishing version 2" in restarts["detail"].iloc[0]
+        ends = res.events[res.events["event"] == "weight_sync_end"]
+        assert (ends["detail"].str.contains("the trainer died") & (ends["tokens"] == 0)).sum() == 1
     train = res.events[res.events["event"] == "train"]
     assert train["trajectory"].is_unique and (train.groupby("prompt_id").size() == G).all()
 
