@@ -111,7 +111,7 @@ class Collective:
             try:
                 nbytes = int(self.ray.get(tref)["bytes"])
             except Exception as e:  # noqa: BLE001 - the trainer died (restarted by the driver), or a member dropped out
-                if isinstance(e, self.dead_errors) or self.trainer.dead_rank(self.dead_errors, wait_s=30.0):
+                if self._trainer_death(e):
                     weight_sync_row(self.log, self.now(), "weight_sync_end", version, 0, self.now() - t0,
                                     f"{how}: the trainer died")
                     self.sync_group = None

@@ -234,13 +234,8 @@ class Orchestrator(Rollout, Training, Recovery, Collective, Body):
             fut, t_start, rows, tokens = self.train_job
             try:
                 stats = ray.get(fut)
-            except self.dead_errors as e:
-                if self.start_trainer is None:
-                    raise
-                self._restart_trainer(f"trainer actor died ({type(e).__name__})")
-                return
-            except Exception:  # rank 0 failed in a collective: restart if a peer rank died, else a bug
-                why = self.trainer.dead_rank(self.dead_errors, wait_s=30.0) if self.start_trainer is not None else ""
+            except Exception as e:  # a rank died (its actor, or a peer under rank 0's collective), else a bug
+                why = self._trainer_lost(e)
                 if not why:
                     raise
                 self._restart_trainer(why)

@@ -105,6 +105,17 @@ class Recovery:
         why = "its engine cannot redo a load" if lost else f"{n} failed attempts"
         self._instance_died(inst, f"retired: loading version {version} failed ({why})")
 
+    def _trainer_death(self, e: BaseException) -> str:
+        """How the trainer died, if error `e` of one of its calls means a rank died (its actor, or a
+        peer whose death made rank 0's collective fail); '' otherwise."""
+        if isinstance(e, self.dead_errors):
+            return f"trainer actor died ({type(e).__name__})"
+        return self.trainer.dead_rank(self.dead_errors, wait_s=30.0)
+
+    def _trainer_lost(self, e: BaseException) -> str:
+        """`_trainer_death`, where a new trainer can be started; '' (the error stands) otherwise."""
+        return self._trainer_death(e) if self.start_trainer is not None else ""
+
     def _restart_trainer(self, why: str) -> None:
         """A new trainer (every rank: a group that lost one is not repaired) resumes from the last
         checkpoint, re-trains what was consumed since and redoes the cut step (one call, so rollout

@@ -46,13 +46,7 @@ class Training:
             self._restart_trainer(why)
             return
         self.train_job = (self.trainer.step.remote(batch), now, rows, tokens)
-        f = self.faults
-        if f.kill_trainer_at_step == self.version + 1 and f.kill_trainer_during == "step" and not self.killed_trainer:
-            self.killed_trainer = True  # fault injection: the trainer dies during this step
-            if f.kill_trainer_rank < 0:
-                self.trainer.kill()  # every rank
-            else:
-                self.trainer.kill_rank(f.kill_trainer_rank)
+        self._inject_trainer_kill("step", self.version + 1)
 
     def _on_trained(self, stats: dict, t_start: float, rows: list[dict], tokens: int) -> None:
         now = self.now()
@@ -60,10 +54,7 @@ class Training:
             trainer_row(self.log, now, "train_end", self.version, tokens=tokens, dur_s=now - t_start,
                         busy_s=now - t_start)
         self.version += 1
-        f = self.faults
-        if f.kill_trainer_during == "publish" and f.kill_trainer_at_step == self.version and not self.killed_trainer:
-            self.killed_trainer = True  # fault injection: the trainer dies as it publishes this version
-            self.trainer.kill() if f.kill_trainer_rank < 0 else self.trainer.kill_rank(f.kill_trainer_rank)
+        self._inject_trainer_kill("publish", self.version)
         try:
             self._publish_weights()
         except Exception as e:  # noqa: BLE001 - the trainer died while publishing: restarted, else raised
@@ -121,14 +112,17 @@ class Training:
             self.weights[v] = self.ray.get(self.trainer.save_weights.remote(v))
         self.pub_t[v] = self.now()
 
-    def _trainer_lost(self, e: BaseException) -> str:
-        """Why the trainer is gone, if publication `e` failed because a rank died (and a new
-        trainer can be started); '' otherwise."""
-        if self.start_trainer is None:
-            return ""
-        if isinstance(e, self.dead_errors):
-            return f"trainer actor died ({type(e).__name__})"
-        return self.trainer.dead_rank(self.dead_errors, wait_s=30.0)
+    def _inject_trainer_kill(self, during: str, version: int) -> None:
+        """Fault injection: kill the trainer (every rank, or `faults.kill_trainer_rank`) if this is
+        the step (`during` = step) or publication (publish) of `version` that `faults` names."""
+        f = self.faults
+        if f.kill_trainer_at_step != version or f.kill_trainer_during != during or self.killed_trainer:
+            return
+        self.killed_trainer = True
+        if f.kill_trainer_rank < 0:
+            self.trainer.kill()  # every rank
+        else:
+            self.trainer.kill_rank(f.kill_trainer_rank)
 
     def data_state(self) -> dict:
         """The driver's data-consumption state at the current version (saved with a checkpoint)."""
