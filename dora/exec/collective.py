@@ -15,6 +15,7 @@ Each broadcast is a `weight_sync_start` / `weight_sync_end` row pair with its by
 from __future__ import annotations
 
 from dora.body import instance_row, weight_sync_row
+from dora.exec.run_config import ExecConfig
 from dora.exec.weight_sync import abort_group, group_spec
 
 SYNC_ATTEMPTS = 3
@@ -27,6 +28,14 @@ def _abort_quietly(spec: dict) -> None:
         abort_group(spec)
     except Exception:  # noqa: BLE001 - no store to reach: nothing to abort
         pass
+
+
+def sync_backend(cfg: ExecConfig) -> str:
+    """The group's backend as the trainer is asked for it: 'auto' stays 'auto' (the trainer picks nccl
+    on CUDA, else gloo) except in the local runtime, where the trainer and every engine are one process
+    that NCCL cannot join as several members of one device: there it is gloo."""
+    backend = cfg.rollout.weight_sync_backend
+    return "gloo" if backend == "auto" and cfg.runtime == "local" else backend
 
 
 class Collective:
@@ -43,7 +52,7 @@ class Collective:
         if g is not None and g[0] is self.trainer and g[1] == tuple(members):
             return g[2]
         if self.sync_addr is None or self.sync_addr[0] is not self.trainer:
-            backend = self.cfg.rollout.weight_sync_backend
+            backend = sync_backend(self.cfg)
             self.sync_addr = (self.trainer, self.ray.get(self.trainer.weight_sync_address.remote(backend)))
         self.sync_gen += 1
         spec = group_spec(self.sync_addr[1], self.sync_gen, len(members) + 1, self.cfg.rollout.weight_sync_timeout_s)

@@ -236,6 +236,7 @@ class Trainer:
         rewards, adv_all, minibatches, mine, adv, prox, behav = self._prepare(batch)
         sums: dict[str, float] = {}
         grad_norms = []
+        skipped = 0
         micro_count = 0
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         lr = self.current_lr()
@@ -247,8 +248,12 @@ class Trainer:
                 s, n = self._backward(mine, items, adv, prox, behav, batch[0])
                 add_sums(sums, s)
                 micro_count += n
-                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)))
-                self.optimizer.step()
+                norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+                grad_norms.append(norm)
+                if math.isfinite(norm):
+                    self.optimizer.step()
+                else:  # an inf/NaN gradient would make every weight NaN: this minibatch's update is skipped
+                    skipped += 1  # (every rank sees the same global norm, so all skip together)
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
         self.steps += 1
@@ -260,7 +265,7 @@ class Trainer:
             version=float(self.version), trajectories=float(len(batch)),
             reward_mean=float(rewards.mean()), reward_std=float(rewards.std()) if len(batch) > 1 else 0.0,
             adv_abs_mean=float(adv_all.abs().mean()), zero_var_groups=zero_variance_fraction(batch),
-            grad_norm=max(grad_norms), micro_batches=float(micro_count),
+            grad_norm=max(grad_norms), skipped_updates=float(skipped), micro_batches=float(micro_count),
             response_tokens=float(n_resp), response_len_mean=n_resp / len(batch),
             staleness_mean=record.mean, staleness_max=float(record.max), lr=lr,
             step_time_s=time.perf_counter() - t0)

@@ -80,6 +80,9 @@ class Training:
         self.last_pub = pub
         row = {"step": self.version, "t_s": pub, "step_time_s": step_s, **{k: float(v) for k, v in stats.items()}}
         self.step_rows.append(row)
+        if stats.get("skipped_updates", 0) > 0:  # said whether or not progress lines are on
+            print(f"  [{self.name}] step {self.version}: {stats['skipped_updates']:.0f} minibatch update(s) skipped, "
+                  "the gradient norm was not finite (inf/NaN); weights kept", file=sys.stderr, flush=True)
         if self.progress:
             from dora.metrics import compute_metrics
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -162,6 +163,21 @@ def test_staleness_is_recorded_and_future_versions_refused(tiny_model_dir):
     bad[0].behaviour_logprobs = bad[0].behaviour_logprobs[:-1]
     with pytest.raises(ValueError, match="behaviour logprobs"):
         trainer.step(bad)
+
+
+def test_a_non_finite_gradient_skips_the_update_and_keeps_the_weights(tiny_model_dir):
+    trainer = Trainer(tiny_model_dir, TrainerConfig(device="cpu", lr=1e-2, warmup_steps=0, minibatches=2))
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    first = next(trainer.model.parameters())
+    hook = first.register_hook(lambda g: g * float("inf"))  # every gradient norm of this step is inf
+    stats = trainer.step(_random_batch(seed=3))
+    assert (stats["version"], stats["skipped_updates"]) == (1, 2) and not math.isfinite(stats["grad_norm"])
+    after = trainer.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # neither minibatch touched a weight
+    hook.remove()
+    stats = trainer.step(_random_batch(seed=4))
+    assert stats["skipped_updates"] == 0 and all(torch.isfinite(v).all() for v in trainer.model.state_dict().values())
+    assert not torch.equal(before["model.embed_tokens.weight"], trainer.model.state_dict()["model.embed_tokens.weight"])
 
 
 def test_correction_modes_change_the_update(tiny_model_dir):

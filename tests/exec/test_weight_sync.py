@@ -157,6 +157,22 @@ def test_bad_weight_sync_settings_are_one_line_input_errors(tmp_path, override, 
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
+def test_the_local_runtime_syncs_over_gloo(tmp_path):
+    """One process holds the trainer and the engines: NCCL cannot make them members of one group on
+    one device (a run on one H200 died at its first broadcast), so auto is gloo there, nccl refused."""
+    from dora.config import build
+    from dora.errors import InputError
+    from dora.exec.collective import sync_backend
+    from dora.exec.run_config import ExecConfig
+
+    assert sync_backend(build(ExecConfig, {"model": str(tmp_path), "runtime": "local"})) == "gloo"
+    assert sync_backend(build(ExecConfig, {"model": str(tmp_path)})) == "auto"  # the trainer picks, on Ray
+    with pytest.raises(InputError, match="nccl needs one device per member.*set it to gloo or auto, or drop --local"):
+        build(ExecConfig, {"model": str(tmp_path), "runtime": "local", "rollout": {"weight_sync_backend": "nccl"}})
+    build(ExecConfig, {"model": str(tmp_path), "runtime": "local",  # nccl is not used by tensors sync
+                       "rollout": {"weight_sync_backend": "nccl", "weight_sync": "tensors"}})
+
+
 def test_injected_load_failures_need_tensors_or_collective(tmp_path):
     from dora.config import build
     from dora.errors import InputError
