@@ -200,6 +200,7 @@ ROWS: list[Row] = [
     _r(EXEC, "--set task.max_new_tokens above max_model_len", "max_model_len", *M,
        "--set", "task.max_new_tokens=4096"),
     _r(EXEC, "--set runtime=k8s", "runtime", *M, "--set", "runtime=k8s"),
+    _r(EXEC, "--local with nccl weight sync", "nccl", *M, "--local", "--set", "rollout.weight_sync_backend=nccl"),
     _r(EXEC, "--set policy.dora.versions_per_instance=2", "versions_per_instance", *M,
        "--set", "policy.dora.versions_per_instance=2"),
     _r(EXEC, "--config with an unknown key", "bogus", *M, "--config", "IN/unknown_key.yaml"),
