@@ -74,7 +74,14 @@ class Collective:
         self.awaiting_sync[inst] = t_start
         if self.train_job is None and self.restarting is None:
             v = self.version
-            if inst in self._broadcast(v, [inst]):
+            self._inject_trainer_kill("catch_up", v + 1)
+            try:
+                staged = self._broadcast(v, [inst])
+            except Exception as e:  # noqa: BLE001 - the idle trainer died: the next step's start finds it dead
+                if not self._trainer_lost(e):  # and a new trainer redoes that step, then publishes to this one
+                    raise
+                return
+            if inst in staged:
                 self.awaiting_sync.pop(inst)
                 self.recovering[self.engines[inst].load_staged.remote(v, "drain")] = (inst, v, t_start)
 

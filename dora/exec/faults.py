@@ -12,7 +12,9 @@
   version; every rank, or only rank `kill_trainer_rank`, whose peers then fail on their next
   collective or are found waiting on it), or as it publishes that version
   (`kill_trainer_during=publish`: the weights it gathers, saves or broadcasts never reach the
-  engines): the whole group is killed and a new trainer loads the
+  engines), or while idle as it sends a replacement engine the newest version (`catch_up`, collective
+  weight sync: the replacement waits for the next publication; the next step's start finds the
+  trainer dead): the whole group is killed and a new trainer loads the
   last checkpoint (written every `checkpoint_every` steps with the driver's data-consumption
   state), re-trains the batches consumed since that checkpoint in order, then redoes the cut
   step on the same batch (`trainer_restart` row).
@@ -40,7 +42,9 @@ class FaultConfig:
     restart_instances: bool = False  # start a replacement actor for a dead instance
     kill_trainer_at_step: int = -1  # kill the trainer during the step that publishes this version (-1: never)
     kill_trainer_rank: int = -1  # with kill_trainer_at_step: only this rank of trainer.ranks (-1: every rank)
-    kill_trainer_during: Literal["step", "publish"] = "step"  # with kill_trainer_at_step: during its compute or its publication
+    # with kill_trainer_at_step: during its compute, its publication, or (catch_up) as the idle trainer sends a
+    # replacement engine the newest version, at the first such broadcast before that step or a later one
+    kill_trainer_during: Literal["step", "publish", "catch_up"] = "step"
     load_fail_at: list[list[int]] = field(default_factory=list)  # [[instance, version], ...]: a load >= version fails
     load_retries: int = 2  # failed loads retried per (instance, version) before the instance is retired
 
@@ -84,6 +88,11 @@ class FaultConfig:
         if self.kill_trainer_at_step > 0 and checkpoint_every < 1:
             raise InputError("faults.kill_trainer_at_step: the trainer resumes from its last checkpoint; set "
                              "checkpoint_every >= 1")
+        if self.kill_trainer_at_step > 0 and self.kill_trainer_during == "catch_up" and not (
+                weight_sync == "collective" and self.restart_instances and self.kill_instance_at_step >= 0):
+            raise InputError("faults.kill_trainer_during: catch_up happens only when a replacement engine catches up "
+                             "over collective weight sync; set rollout.weight_sync=collective, "
+                             "faults.restart_instances=true and faults.kill_instance_at_step")
         for k, (inst, version) in enumerate(self.load_fail_at):
             if inst >= instances:
                 raise InputError(f"faults.load_fail_at[{k}]: instance {inst} does not exist (rollout.instances is "

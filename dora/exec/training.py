@@ -117,9 +117,12 @@ class Training:
 
     def _inject_trainer_kill(self, during: str, version: int) -> None:
         """Fault injection: kill the trainer (every rank, or `faults.kill_trainer_rank`) if this is
-        the step (`during` = step) or publication (publish) of `version` that `faults` names."""
+        the step (`during` = step) or publication (publish) of `version` that `faults` names, or
+        (catch_up) the first broadcast to a replacement engine, the trainer idle, before the step
+        that publishes `version` or a later one."""
         f = self.faults
-        if f.kill_trainer_at_step != version or f.kill_trainer_during != during or self.killed_trainer:
+        due = version >= f.kill_trainer_at_step > 0 if during == "catch_up" else version == f.kill_trainer_at_step
+        if not due or f.kill_trainer_during != during or self.killed_trainer:
             return
         self.killed_trainer = True
         if f.kill_trainer_rank < 0:

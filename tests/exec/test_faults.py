@@ -204,6 +204,36 @@ def test_trainer_killed_while_publishing_is_restarted(tiny_model_dir, tmp_path, 
         assert (ends["detail"].str.contains("the trainer died") & (ends["tokens"] == 0)).sum() == 1
 
 
+def test_trainer_killed_while_idle_catching_up_a_replacement(tiny_model_dir, tmp_path):
+    """In-process, collective sync: instance 0 dies once version 2 is out; its replacement comes
+    back while the trainer waits for data (the trainer is idle most of this run), and the trainer
+    dies as it sends the replacement the newest version. The replacement waits for the next
+    publication; the next step's start finds the trainer dead and a new one redoes that step from
+    the checkpoint."""
+    cfg = _config(tiny_model_dir, tmp_path, "local", {"kill_instance_at_step": 2, "kill_instance": 0,
+                                                      "restart_instances": True, "kill_trainer_at_step": 1,
+                                                      "kill_trainer_during": "catch_up"}, checkpoint_every=1)
+    res = _run(cfg)
+    _guarantees(cfg, res)
+    df = res.events
+    ends = _rows(df, "weight_sync_end")
+    cut = ends[ends["detail"].str.contains("the trainer died")]
+    assert len(cut) == 1, "the replacement came back while the trainer was busy: no catch-up broadcast to cut"
+    assert int(cut["tokens"].iloc[0]) == 0 and "instances [0]" in cut["detail"].iloc[0]
+    assert len(_rows(df, "trainer_restart")) == 1
+    rec = _rows(df, "recover")
+    assert list(rec["instance"]) == [0] and float(rec["t_s"].iloc[0]) > float(cut["t_s"].iloc[0])
+    assert sorted(_rows(df, "publish")["version"].tolist()) == list(range(1, STEPS + 1))
+
+
+def test_catch_up_kill_needs_a_replacement_over_collective_sync(tmp_path):
+    from dora.errors import InputError
+
+    faults = {"kill_trainer_at_step": 1, "kill_trainer_during": "catch_up"}
+    with pytest.raises(InputError, match="catch_up happens only when a replacement engine catches up"):
+        build(ExecConfig, {"model": str(tmp_path), "checkpoint_every": 1, "faults": faults}).validate()
+
+
 # ---- failed weight loads --------------------------------------------------------------------
 
 def test_failed_load_is_retried_or_the_instance_retired(load_fail_run):
