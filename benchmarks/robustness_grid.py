@@ -487,9 +487,11 @@ def _imports(path: Path, root: Path) -> set[Path]:
 
 
 def policy_sources(policy: str) -> list[Path]:
-    """The dora source files a run of `policy` can depend on: every file outside dora/sched/,
-    the files of dora/sched they import without entering a policy file (the shared scheduler
-    core; registry.py imports every policy), and the policy's own file with what it imports."""
+    """The dora source files a run of `policy` can depend on: every file outside dora/sched/ and
+    dora/exec/ (the executor, which the simulator never imports: neither body imports the other;
+    a file that did would bring it back in), the files of dora/sched they import without entering
+    a policy file (the shared scheduler core; registry.py imports every policy), and the policy's
+    own file with what it imports."""
     import dora
     from dora.sched.registry import POLICIES
 
@@ -497,7 +499,8 @@ def policy_sources(policy: str) -> list[Path]:
     policies = root / "sched" / "policies"
     own = root.joinpath(*POLICIES[policy].__module__.split(".")[1:]).with_suffix(".py")
     seen: set[Path] = set()
-    todo = [p for p in root.rglob("*.py") if root / "sched" not in p.parents] + [own]
+    skip = (root / "sched", root / "exec")
+    todo = [p for p in root.rglob("*.py") if not any(d in p.parents for d in skip)] + [own]
     while todo:
         p = todo.pop()
         if p not in seen:

@@ -233,4 +233,5 @@ def test_cache_key_covers_what_each_policy_runs(rg):
     assert {"sched/pace.py", "sched/predictor.py", "sched/progress.py"} <= src["dora"]
     assert not {"sched/pace.py", "sched/policies/dora.py"} & src["laminar"]
     assert "sched/policies/sync.py" in src["one_step"]  # one_step imports from sync
+    assert not any(f.startswith("exec/") for files in src.values() for f in files)  # the executor: not simulated
     assert len({rg.code_version(p) for p in ("sync", "one_step", "partial", "laminar", "dora")}) == 5
