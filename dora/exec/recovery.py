@@ -61,7 +61,8 @@ class Recovery:
             self.engines[inst] = eng
             self.recovering[eng.ready.remote()] = (inst, -1, now)  # then it loads the newest version
         if len(self.dead) == len(self.engines) and not self.recovering:
-            raise RuntimeError(f"policy {self.name}: every rollout instance has failed (the last: instance {inst}, {why})")
+            raise RuntimeError(f"policy {self.name}: every rollout instance has failed (the last: instance {inst}, "
+                               f"{why})")
 
     def _on_recovered(self, fut, inst: int, version: int, t_start: float) -> None:
         """A replacement actor is up (version -1: then it loads the newest published version) or

@@ -33,7 +33,8 @@ class RolloutConfig:
     # collective (broadcast from the trainer at publication, staged on the engines; dora.exec.weight_sync) |
     # tensors (in-memory, via the Ray object store) | checkpoint (a directory)
     weight_sync: str = "collective"
-    weight_sync_backend: str = "auto"  # collective: auto (nccl when the trainer is on CUDA on Ray, else gloo) | gloo | nccl
+    # collective: auto (nccl when the trainer is on CUDA on Ray, else gloo) | gloo | nccl
+    weight_sync_backend: str = "auto"
     weight_sync_timeout_s: float = 600.0  # collective: how long a member waits for the others (join, transfer)
 
     def validate(self) -> None:
@@ -91,9 +92,10 @@ class ExecConfig:
         if self.runtime == "local" and self.trainer.ranks > 1:
             raise InputError(f"trainer.ranks: {self.trainer.ranks} trainer processes need Ray; the local runtime runs "
                              "one: set --set trainer.ranks=1 or drop --local")
-        if self.runtime == "local" and self.rollout.weight_sync == "collective" and self.rollout.weight_sync_backend == "nccl":
-            raise InputError("rollout.weight_sync_backend: nccl needs one device per member, and the local runtime runs "
-                             "the trainer and every engine in one process; set it to gloo or auto, or drop --local")
+        r = self.rollout
+        if self.runtime == "local" and r.weight_sync == "collective" and r.weight_sync_backend == "nccl":
+            raise InputError("rollout.weight_sync_backend: nccl needs one device per member, and the local runtime "
+                             "runs the trainer and every engine in one process; set it to gloo or auto, or drop --local")
         if self.task.max_new_tokens >= self.rollout.max_model_len:
             raise InputError(f"task.max_new_tokens: {self.task.max_new_tokens} leaves no room for the prompt in "
                              f"rollout.max_model_len {self.rollout.max_model_len}; lower it or raise max_model_len")
