@@ -106,14 +106,27 @@ def abort_group(spec: dict) -> None:
     _generation_store(spec, timeout_s=30.0).set("abort", "1")
 
 
+CONNECT_TIMEOUT_S = 30.0
+
+
 def _generation_store(spec: dict, store: Any = None, timeout_s: float | None = None) -> Any:
     """The keys of `spec`'s generation on the trainer's store (`store`: rank 0's master store;
-    else a client connection, waiting up to `timeout_s`, default the spec's)."""
+    else a client connection, waiting up to `timeout_s`, default the spec's). The store is up
+    before any spec names it, so reaching it is given at most CONNECT_TIMEOUT_S: a store that
+    cannot be reached is a dead trainer's, and waiting the spec's timeout for it would hold this
+    member (and a vLLM engine's generation) for nothing."""
     import torch.distributed as dist
 
     if store is None:
         timeout = datetime.timedelta(seconds=spec["timeout_s"] if timeout_s is None else timeout_s)
-        store = dist.TCPStore(spec["host"], spec["port"], is_master=False, timeout=timeout)
+        connect = datetime.timedelta(seconds=min(CONNECT_TIMEOUT_S, timeout.total_seconds()))
+        try:
+            store = dist.TCPStore(spec["host"], spec["port"], is_master=False, timeout=connect)
+        except Exception as e:  # noqa: BLE001 - DistNetworkError / TimeoutError / RuntimeError by torch version
+            raise RuntimeError(f"weight sync: the trainer's store at {spec['host']}:{spec['port']} cannot be "
+                               f"reached within {connect.total_seconds():.0f} s (the trainer died?): "
+                               f"{type(e).__name__}") from e
+        store.set_timeout(timeout)
     return dist.PrefixStore(f"dora-wsync/{spec['generation']}/", store)
 
 

@@ -142,6 +142,26 @@ def test_a_generation_aborted_for_a_dead_member_frees_the_others_at_once():
     assert stage.versions() == [1]
 
 
+def test_a_member_gives_up_on_a_store_that_is_gone(monkeypatch):
+    """A dead trainer's store cannot be reached: a member trying to join its generation fails after
+    CONNECT_TIMEOUT_S, not after the spec's transfer timeout (600 s here)."""
+    import socket
+    import time
+
+    import dora.exec.weight_sync as ws
+
+    monkeypatch.setattr(ws, "CONNECT_TIMEOUT_S", 1.0)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    spec = ws.group_spec({"host": "127.0.0.1", "port": port, "backend": "gloo"}, 1, 2, 600.0)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"store at 127.0.0.1:\d+ cannot be reached within 1 s"):
+        ws.make_group(spec, 1)
+    assert time.monotonic() - t0 < 120  # torch retries the connection a few times; never the 600 s
+
+
 @pytest.mark.parametrize("override, needle", [
     ({"weight_sync": "nccl"}, "weight_sync: 'nccl' is not one of 'collective', 'tensors', 'checkpoint'"),
     ({"weight_sync_backend": "mpi"}, "weight_sync_backend: 'mpi' is not one of"),
