@@ -15,6 +15,7 @@ Each broadcast is a `weight_sync_start` / `weight_sync_end` row pair with its by
 from __future__ import annotations
 
 from dora.body import instance_row, weight_sync_row
+from dora.exec.recovery import TrainerLost
 from dora.exec.run_config import ExecConfig
 from dora.exec.weight_sync import abort_group, group_spec
 
@@ -127,11 +128,14 @@ class Collective:
             try:
                 nbytes = int(self.ray.get(tref)["bytes"])
             except Exception as e:  # noqa: BLE001 - the trainer died (restarted by the driver), or a member dropped out
-                if self._trainer_death(e):
+                why = self._trainer_death(e)
+                if why:
                     weight_sync_row(self.log, self.now(), "weight_sync_end", version, 0, self.now() - t0,
                                     f"{how}: the trainer died")
                     self.sync_group = None
-                    raise
+                    if self.start_trainer is None:
+                        raise
+                    raise TrainerLost(why) from e  # the diagnosis, for the caller's restart
                 trainer_err = f"; trainer: {type(e).__name__}"
             now = self.now()
             done = sorted(i for i in refs if i in staged)

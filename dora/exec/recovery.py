@@ -19,6 +19,15 @@ from dora.exec.engine.base import EngineStateLost
 from dora.sched import events as E
 
 
+class TrainerLost(RuntimeError):
+    """A trainer call failed because a trainer rank died; `why` is the diagnosis (`_trainer_death`),
+    carried so that the caller deciding on a restart does not ask the trainer again."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
 class Recovery:
     """Fault handling for `Orchestrator` (which defines every attribute used here)."""
 
@@ -109,6 +118,8 @@ class Recovery:
     def _trainer_death(self, e: BaseException) -> str:
         """How the trainer died, if error `e` of one of its calls means a rank died (its actor, or a
         peer whose death made rank 0's collective fail); '' otherwise."""
+        if isinstance(e, TrainerLost):
+            return e.why
         if isinstance(e, self.dead_errors):
             return f"trainer actor died ({type(e).__name__})"
         return self.trainer.dead_rank(self.dead_errors, wait_s=30.0)
