@@ -232,14 +232,16 @@ class DoraPolicy(StreamingPolicy):
         v = self.view
         return self.pace.deadline(version, self.now, v.trainer_version, v.trainer_busy, paced)
 
-    def remaining(self, traj: int, cautious: bool = False) -> float:
+    def remaining(self, traj: int, cautious: bool = False, bound: bool = False) -> float:
         """Predicted tokens a running trajectory has still to make: the mean of the lengths seen
         beyond what it has made, or (`cautious`) their 90th percentile; without a history, as
-        long again as it has run (a heavy tail's median residual), or (cautious) three times."""
+        long again as it has run (a heavy tail's median residual), or (cautious) three times.
+        `bound` (a delay that must not make the trainer wait): the larger of the two cautious ones."""
         g = self.prog.generated(traj, self.now)
         if self.pred is not None:
             total = self.pred.conditional_quantile(g, 0.9) if cautious else self.pred.conditional_mean(g)
-            return max(total - g, 1.0)
+            rem = max(total - g, 1.0)
+            return max(rem, 3.0 * g + 1.0) if bound else rem
         return (3.0 * g if cautious else g) + 1.0
 
     def _tick(self, completed: int = 0) -> None:
@@ -349,14 +351,14 @@ class DoraPolicy(StreamingPolicy):
                     break
         self._retry[ver] = self.now + _RETRY_S
 
-    def _drain_s(self, inst: InstView, extra: list[int] | None = None) -> float:
+    def _drain_s(self, inst: InstView, extra: list[int] | None = None, bound: bool = False) -> float:
         """Predicted seconds until `inst` holds nothing, were `extra` trajectories moved onto it:
         the longest cautious remainder at the batch's predicted step time."""
         now, prog, cost = self.now, self.prog, self.view.cost
         trajs = list(inst.active) + (extra or [])
         if not trajs:
             return 0.0
-        worst = max(self.remaining(t, cautious=True) for t in trajs)
+        worst = max(self.remaining(t, True, bound) for t in trajs)
         n = len(trajs)
         ctx = prog.context(inst.id, now)
         if extra:
@@ -371,7 +373,7 @@ class DoraPolicy(StreamingPolicy):
         now = self.now
         moved = list(src.active)
         m = len(moved)
-        t_src = self._drain_s(src)
+        t_src = self._drain_s(src, None, True)
         mctx = sum(self.prog.plen[t] + self.prog.generated(t, now) for t in moved)
         looked = 0
         for load in reversed(self.old.loads(ver)):
@@ -383,8 +385,8 @@ class DoraPolicy(StreamingPolicy):
                 looked += 1
                 if self.prog.context(p.id, now) + mctx > 0.9 * p.kv_tokens:
                     continue
-                t_dst = self._drain_s(p)
-                merged = self._drain_s(p, moved)
+                t_dst = self._drain_s(p, None, True)
+                merged = self._drain_s(p, moved, True)
                 if merged - t_dst >= t_src * src.max_seqs / p.max_seqs:
                     continue  # the destination's slots would stand idle longer than the source's are freed
                 if now + merged > dl and (not self.data_bound() or merged > max(t_src, t_dst)):
