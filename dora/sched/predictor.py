@@ -75,6 +75,11 @@ class LengthPredictor:
             return -1, generated * 1.5 + 1.0
         return i, 0.0
 
+    def count_above(self, generated: float) -> int:
+        """Lengths in the window longer than `generated`."""
+        n = len(self._sorted)
+        return n - int(self._sorted.searchsorted(generated, side="right")) if n else 0
+
     def conditional_mean(self, generated: float) -> float:
         """E[L | L > generated] over the running distribution."""
         i, guess = self._above(generated)
