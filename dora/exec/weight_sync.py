@@ -65,7 +65,10 @@ def node_ip() -> str:
 
 
 def make_group(spec: dict, rank: int, store: Any = None) -> Any:
-    """This process's member of the group `spec` describes (rank 0 passes its master store)."""
+    """This process's member of the group `spec` describes (rank 0 passes its master store). Over gloo
+    the build, which starts once every member has arrived, waits at most BUILD_TIMEOUT_S for the
+    others: a member that died between arriving and building fails it then, not after the spec's
+    transfer timeout (the driver's `abort_group` no longer reaches members past arrival)."""
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=spec["timeout_s"])
@@ -77,9 +80,14 @@ def make_group(spec: dict, rank: int, store: Any = None) -> Any:
         opts._timeout = timeout
         return dist.ProcessGroupNCCL(prefixed, rank, size, opts)
     opts = dist.ProcessGroupGloo._Options()
-    opts._timeout = timeout
+    opts._timeout = min(timeout, datetime.timedelta(seconds=BUILD_TIMEOUT_S))
     opts._devices = [dist.ProcessGroupGloo.create_device(hostname=local_ip_towards(spec["host"], spec["port"]))]
-    return dist.ProcessGroupGloo(prefixed, rank, size, opts)
+    pg = dist.ProcessGroupGloo(prefixed, rank, size, opts)
+    pg.set_timeout(timeout)  # the transfers: the spec's timeout
+    return pg
+
+
+BUILD_TIMEOUT_S = 30.0
 
 
 ARRIVE_POLL_S = 0.01

@@ -142,6 +142,35 @@ def test_a_generation_aborted_for_a_dead_member_frees_the_others_at_once():
     assert stage.versions() == [1]
 
 
+def test_a_member_dead_after_arriving_fails_the_build_after_build_timeout(monkeypatch):
+    """World of 3 where engine 2 arrives and dies before building the group (the driver's abort no
+    longer reaches members past arrival): the trainer and engine 1 fail after BUILD_TIMEOUT_S, not
+    after the spec's 60 s; the group then carries a transfer slower than BUILD_TIMEOUT_S."""
+    import time
+
+    import dora.exec.weight_sync as ws
+
+    monkeypatch.setattr(ws, "BUILD_TIMEOUT_S", 1.0)
+    sender, stage = WeightSender("gloo"), WeightStage()
+    spec = ws.group_spec(sender.address(), generation=1, world_size=3, timeout_s=60)
+    ghost = threading.Thread(target=ws._arrive, args=(ws._generation_store(spec), 3, 60))
+    ghost.start()
+    t, err = _receive_in_thread(stage, spec)
+    t0 = time.monotonic()
+    with pytest.raises(Exception):  # noqa: B017 - torch's store/gloo error type varies by version
+        sender.broadcast(spec, 1, 1, lambda: [("w", torch.ones(2))])
+    t.join(60)
+    ghost.join(60)
+    assert time.monotonic() - t0 < 30 and err["e"] and stage.versions() == []
+    spec2 = ws.group_spec(sender.address(), generation=2, world_size=2, timeout_s=60)
+    t = threading.Thread(target=lambda: stage.receive(spec2, 1, 0))
+    t.start()
+    slow = [("w", torch.ones(2))]
+    sender.broadcast(spec2, 1, 1, lambda: (time.sleep(2.5), slow)[1])  # the weights come later than 1 s
+    t.join(60)
+    assert stage.versions() == [1]
+
+
 def test_a_member_gives_up_on_a_store_that_is_gone(monkeypatch):
     """A dead trainer's store cannot be reached: a member trying to join its generation fails after
     CONNECT_TIMEOUT_S, not after the spec's transfer timeout (600 s here)."""
