@@ -26,6 +26,7 @@ def test_sorted_window_matches_recount(lengths, window, every):
             assert np.array_equal(p._suffix, np.append(np.cumsum(want[::-1])[::-1], 0.0))
             g = float(n)
             above = want[want > g]
+            assert p.count_above(g) == len(above)
             if len(above):
                 assert p.conditional_mean(g) == above.sum() / len(above)
     assert resorts >= 1
@@ -39,3 +40,11 @@ def test_group_mates_median_and_forget():
     assert p.predict_total(5, 35.0) == 36.0  # never below what is already generated
     p.forget(5)
     assert p.mates_median(5) is None
+
+
+def test_count_above_is_strict_and_zero_when_empty():
+    p = LengthPredictor()
+    assert p.count_above(0.0) == 0
+    for n in (10, 20, 20, 30):
+        p.observe(0, n, 0, 1.0)
+    assert [p.count_above(g) for g in (0.0, 10.0, 19.5, 20.0, 30.0)] == [4, 3, 3, 1, 0]

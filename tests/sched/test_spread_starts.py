@@ -77,3 +77,24 @@ def test_spread_starts_off_places_at_once():
     pol.dc.spread_starts = False
     pol._ready_at = {1: 2.0, 2: 3.0}
     assert pol.place(pol.backlog[0]) is not None
+
+
+def test_consolidations_bound_falls_back_to_three_times_made_where_few_tails_were_seen():
+    """`remaining(bound=True)`: the history's 90th percentile beyond what a trajectory has made,
+    but at least 3x what it has made + 1 while fewer than 10 finished lengths exceed it."""
+    pol = _policy()
+    for _ in range(20):
+        pol.pred.observe(7, 100, 0, 1.0)
+    for _ in range(5):
+        pol.pred.observe(7, 1000, 0, 1.0)
+    pol.prog.join(50, 1, 10, 200.0, pol.now)  # trajectory 50 has made 200 tokens (instance 1)
+    pol.prog.join(51, 1, 10, 500.0, pol.now)  # and 51 has made 500
+    # 5 lengths beyond 200, all 1000: q90 remainder 800, above 3 x 200 + 1 = 601
+    assert pol.remaining(50, True) == 800.0 and pol.remaining(50, True, bound=True) == 800.0
+    # beyond 500: q90 remainder 500, below 3 x 500 + 1 = 1501: the fallback
+    assert pol.remaining(51, True) == 500.0 and pol.remaining(51, True, bound=True) == 1501.0
+    for _ in range(10):
+        pol.pred.observe(7, 1000, 0, 1.0)
+    pol.pred._resort()
+    assert pol.pred.count_above(500.0) == 15  # enough for a 90th percentile: the history alone
+    assert pol.remaining(51, True, bound=True) == 500.0
