@@ -32,6 +32,10 @@ from typing import Any, Callable
 
 from dora.errors import InputError
 
+CONNECT_TIMEOUT_S = 30.0  # reaching the trainer's store, which is up before any spec names it
+BUILD_TIMEOUT_S = 30.0  # gloo: building a group whose members have all arrived
+ARRIVE_POLL_S = 0.01
+
 
 def _key(spec: dict) -> tuple[str, int, int]:
     return spec["host"], spec["port"], spec["generation"]
@@ -87,11 +91,6 @@ def make_group(spec: dict, rank: int, store: Any = None) -> Any:
     return pg
 
 
-BUILD_TIMEOUT_S = 30.0
-
-
-ARRIVE_POLL_S = 0.01
-
 
 def _arrive(store: Any, size: int, timeout_s: float) -> None:
     """Wait until all `size` members of a generation have arrived at its store, or the driver has
@@ -111,10 +110,8 @@ def _arrive(store: Any, size: int, timeout_s: float) -> None:
 def abort_group(spec: dict) -> None:
     """Abort the generation `spec` describes: members still waiting for the others to arrive
     raise at once (a member that died before arriving would hold them until the timeout)."""
-    _generation_store(spec, timeout_s=30.0).set("abort", "1")
+    _generation_store(spec, timeout_s=CONNECT_TIMEOUT_S).set("abort", "1")
 
-
-CONNECT_TIMEOUT_S = 30.0
 
 
 def _generation_store(spec: dict, store: Any = None, timeout_s: float | None = None) -> Any:

@@ -77,8 +77,8 @@ class LengthPredictor:
 
     def count_above(self, generated: float) -> int:
         """Lengths in the window longer than `generated`."""
-        n = len(self._sorted)
-        return n - int(self._sorted.searchsorted(generated, side="right")) if n else 0
+        i, _ = self._above(generated)
+        return len(self._sorted) - i if i >= 0 else 0
 
     def conditional_mean(self, generated: float) -> float:
         """E[L | L > generated] over the running distribution."""
@@ -88,11 +88,15 @@ class LengthPredictor:
     def conditional_quantile(self, generated: float, q: float) -> float:
         """The q-quantile of L given L > generated over the running distribution (a cautious
         length for a decision that must hold in most cases; heavy tails give long ones)."""
+        return self.quantile_and_count(generated, q)[0]
+
+    def quantile_and_count(self, generated: float, q: float) -> tuple[float, int]:
+        """`conditional_quantile` and `count_above` from one search of the window."""
         i, guess = self._above(generated)
         if i < 0:
-            return guess
+            return guess, 0
         n = len(self._sorted)
-        return float(self._sorted[min(i + int(q * (n - i)), n - 1)])
+        return float(self._sorted[min(i + int(q * (n - i)), n - 1)]), n - i
 
     def mates_median(self, prompt_id: int) -> float | None:
         """Median length of the finished group-mates (the upper one of an even count), or None."""

@@ -236,16 +236,17 @@ class DoraPolicy(StreamingPolicy):
         """Predicted tokens a running trajectory has still to make: the mean of the lengths seen
         beyond what it has made, or (`cautious`) their 90th percentile; without a history, as
         long again as it has run (a heavy tail's median residual), or (cautious) three times.
-        `bound` (a delay that must not make the trainer wait): with fewer than 10 lengths seen beyond
-        what it has made (no 90th percentile in them), the larger of the two cautious ones."""
+        `bound` (cautious, for a delay that must not make the trainer wait): with fewer than 10
+        lengths seen beyond what it has made (no 90th percentile in them), the larger of the two."""
         g = self.prog.generated(traj, self.now)
-        if self.pred is not None:
-            total = self.pred.conditional_quantile(g, 0.9) if cautious else self.pred.conditional_mean(g)
-            rem = max(total - g, 1.0)
-            if bound and self.pred.count_above(g) < 10:  # too few lengths beyond g for a 90th percentile
-                return max(rem, 3.0 * g + 1.0)
-            return rem
-        return (3.0 * g if cautious else g) + 1.0
+        pred = self.pred
+        if pred is None:
+            return (3.0 * g if cautious else g) + 1.0
+        if not cautious:
+            return max(pred.conditional_mean(g) - g, 1.0)
+        total, seen = pred.quantile_and_count(g, 0.9)
+        rem = max(total - g, 1.0)
+        return max(rem, 3.0 * g + 1.0) if bound and seen < 10 else rem
 
     def _tick(self, completed: int = 0) -> None:
         v = self.view
