@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -174,12 +175,29 @@ def test_ablation_table(tmp_path, rg):
     assert "dora" in set(tab["variant"]) and (tab["policy"] == "dora").all()
     flipped = set(tab["variant"]) - {"dora"}
     assert flipped and flipped <= set(rg.ABLATIONS)
-    assert "| mechanism flipped | configs | mean | min | max | default < 0.98 x flipped |" in p.stdout
+    assert ("| mechanism flipped | configs | mean | min | max | default < 0.98 x flipped | of them, 95% interval < 1 |"
+            in p.stdout)
     e = tab.groupby("variant")["e2e_samples_per_s"].mean()
     for v in flipped:
         row = next(ln for ln in p.stdout.splitlines() if ln.startswith(f"| {v} |"))
         assert f"| {e['dora'] / e[v]:.3f} |" in row
     assert not (tmp_path / "ablation_summary.csv").exists()
+
+
+def test_ablation_table_counts_only_sure_losses(rg):
+    """Two configurations, 4 replicas: `a` loses 10% on every replica (its interval is the point,
+    0.9), `b` 7% on the means ((0.8 + 1.06 + 0.8 + 1.06) / 4 = 0.93) but wins on
+    half its replicas, so its interval reaches over 1."""
+    rows = []
+    for rep in range(4):
+        rows += [("a", rep, "dora", 0.9), ("a", rep, "x_off", 1.0),
+                 ("b", rep, "dora", 0.8 if rep % 2 else 1.06), ("b", rep, "x_off", 1.0)]
+    tab = pd.DataFrame(rows, columns=["config", "replica", "variant", "e2e_samples_per_s"])
+    assert rg.paired_ci(np.full(4, 0.9), np.ones(4)) == pytest.approx((0.9, 0.9))
+    lo, hi = rg.paired_ci(np.array([0.8, 1.06, 0.8, 1.06]), np.ones(4))
+    assert lo < 0.93 < 1.0 < hi
+    row = next(ln for ln in rg.ablation_table(tab).splitlines() if ln.startswith("| x_off |"))
+    assert row == "| x_off | 2 | 0.915 | 0.900 (a) | 0.930 (b) | 2 | 1 |"
 
 
 @pytest.mark.parametrize("bad, needle", [

@@ -98,3 +98,43 @@ def test_consolidations_bound_falls_back_to_three_times_made_where_few_tails_wer
     pol.pred._resort()
     assert pol.pred.count_above(500.0) == 15  # enough for a 90th percentile: the history alone
     assert pol.remaining(51, True, bound=True) == 500.0
+
+
+def _consolidation(dl_after_s: float):
+    """Instances 1 (source, half as fast: f = 2) and 2 (destination) serve the old version 0;
+    instance 0 the newest. Decode step of n: 0.05 + 0.005·n s. Every finished length so far is
+    2000, so a trajectory that has made g tokens has 2000 - g left (20 lengths beyond it: no
+    fallback). The source runs one trajectory at 100 tokens (1900 left), the destination four at
+    1500 (500 left each). The data paces the trainer. Returns what `_safe_destination` picks."""
+    cost = DecodeCost(base_s=0.05, expert_s=0.0, per_seq_s=0.005, per_ctx_s=0.0, weight_load_s=1.0)
+    cfg = build(PolicyConfig, {"batch_size": 1, "group_size": 4, "eta": 1})
+    pol = DoraPolicy(cfg)
+    pol.handle(E.ClusterStarted(tuple(E.InstanceSpec(i, 8, 10**6) for i in range(3)), 1, cost=cost), 0.0)
+    v = pol.view
+    v.latest_version = 1
+    v.instances[0].versions = {1}
+    for i in (1, 2):
+        v.instances[i].versions = {0}
+    for _ in range(20):
+        pol.pred.observe(7, 2000, 0, 1.0)
+    g = v.add_group(100, 5, 10, 0.0)
+    v.open_group(g, 0)
+    for k, (inst, made) in enumerate([(1, 100.0)] + [(2, 1500.0)] * 4):
+        t = v.new_traj(g, k, 0, inst, 0.0)
+        pol.prog.join(t.id, inst, 10, made, 0.0)
+    pol.prog.f[1] = 2.0
+    pol.backlog.clear()
+    pol.index_all()
+    v.trainer_version = 3  # no late group held the trainer at versions 2 and 3: data paces it
+    assert pol.data_bound()
+    return pol._safe_destination(0, v.instances[1], pol.now + dl_after_s)
+
+
+def test_consolidation_refuses_a_destination_whose_own_trajectories_it_makes_late():
+    """Source drain 2·1900·0.055 = 209 s; destination 500·0.07 = 35 s; merged 1900·0.075 =
+    142.5 s: slots idle 142.5 - 35 = 107.5 s < 209 s freed, and the merged drain, though past the
+    deadline, is no later than the source's own. The destination's four, now five to a step,
+    finish after 500·0.075 = 37.5 s instead of 35: the move pays only if the trainer's deadline is
+    at least that far."""
+    assert _consolidation(38.0) is not None and _consolidation(38.0).id == 2
+    assert _consolidation(36.0) is None
