@@ -355,26 +355,21 @@ class DoraPolicy(StreamingPolicy):
                     break
         self._retry[ver] = self.now + _RETRY_S
 
-    def _drain_s(self, inst: InstView, extra: list[int] | None = None, bound: bool = False) -> float:
+    def _drain_s(self, inst: InstView, extra: list[int] | None = None, bound: bool = False,
+                 residents: bool = False) -> float:
         """Predicted seconds until `inst` holds nothing, were `extra` trajectories moved onto it:
-        the longest cautious remainder at the batch's predicted step time."""
+        the longest cautious remainder at the batch's predicted step time; `residents`: until its
+        own trajectories finish, slowed by the extra ones."""
         now, prog, cost = self.now, self.prog, self.view.cost
         trajs = list(inst.active) + (extra or [])
         if not trajs:
             return 0.0
-        worst = max(self.remaining(t, True, bound) for t in trajs)
+        worst = max(self.remaining(t, True, bound) for t in (inst.active if residents else trajs))
         n = len(trajs)
         ctx = prog.context(inst.id, now)
         if extra:
             ctx += sum(prog.plen[t] + prog.generated(t, now) for t in extra)
         return cost.time_for(worst, n, ctx, prog.f[inst.id])
-
-    def _residents_s(self, inst: InstView, extra: list[int]) -> float:
-        """Predicted seconds until `inst`'s own trajectories finish, were `extra` moved onto it."""
-        now, prog = self.now, self.prog
-        worst = max(self.remaining(t, True, True) for t in inst.active)
-        ctx = prog.context(inst.id, now) + sum(prog.plen[t] + prog.generated(t, now) for t in extra)
-        return self.view.cost.time_for(worst, len(inst.active) + len(extra), ctx, prog.f[inst.id])
 
     def _safe_destination(self, ver: int, src: InstView, dl: float) -> InstView | None:
         """A peer of `ver` to take all of `src`'s trajectories, if one pays: the source's slots,
@@ -402,7 +397,7 @@ class DoraPolicy(StreamingPolicy):
                     continue  # the destination's slots would stand idle longer than the source's are freed
                 if now + merged > dl and (not self.data_bound() or merged > max(t_src, t_dst)):
                     continue  # late for the trainer (and, where data paces it, later than it would be anyway)
-                if p.active and now + self._residents_s(p, moved) > max(dl, now + t_dst):
+                if p.active and now + self._drain_s(p, moved, True, residents=True) > max(dl, now + t_dst):
                     continue  # the destination's own trajectories, slowed by the moved ones, late for the trainer
                 return p
         return None
