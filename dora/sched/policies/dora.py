@@ -362,9 +362,10 @@ class DoraPolicy(StreamingPolicy):
         own trajectories finish, slowed by the extra ones."""
         now, prog, cost = self.now, self.prog, self.view.cost
         trajs = list(inst.active) + (extra or [])
-        if not trajs:
+        counted = list(inst.active) if residents else trajs
+        if not counted:
             return 0.0
-        worst = max(self.remaining(t, True, bound) for t in (inst.active if residents else trajs))
+        worst = max(self.remaining(t, True, bound) for t in counted)
         n = len(trajs)
         ctx = prog.context(inst.id, now)
         if extra:
@@ -397,7 +398,7 @@ class DoraPolicy(StreamingPolicy):
                     continue  # the destination's slots would stand idle longer than the source's are freed
                 if now + merged > dl and (not self.data_bound() or merged > max(t_src, t_dst)):
                     continue  # late for the trainer (and, where data paces it, later than it would be anyway)
-                if p.active and now + self._drain_s(p, moved, True, residents=True) > max(dl, now + t_dst):
+                if now + self._drain_s(p, moved, True, residents=True) > max(dl, now + t_dst):
                     continue  # the destination's own trajectories, slowed by the moved ones, late for the trainer
                 return p
         return None
