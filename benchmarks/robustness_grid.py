@@ -86,6 +86,8 @@ from dora.trace import load_trace  # noqa: E402
 from dora.trace.schema import write_trace  # noqa: E402
 from dora.trace.generate import PRESETS, TraceParams, generate_to  # noqa: E402
 
+DEFAULT_CACHE = Path.home() / ".cache" / "dora" / "robustness_grid"  # per-run results
+DEFAULT_TRACE_CACHE = Path.home() / ".cache" / "dora" / "traces"  # generated traces
 GRID_VERSION = "1"  # bump when what a cached run means changes outside the dora package
 
 # ---------------------------------------------------------------- the grid, as data
@@ -897,9 +899,9 @@ def parser() -> argparse.ArgumentParser:
                                   "docs/results/ablation.csv; --quick: *_quick.csv)")
     ap.add_argument("--summary", help="per-configuration summary (default: the --csv path with _summary)")
     ap.add_argument("--png", help="heatmap (default docs/img/robustness_grid.png; --quick: robustness_grid_quick.png)")
-    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dora" / "robustness_grid"),
+    ap.add_argument("--cache", default=str(DEFAULT_CACHE),
                     help="per-run result cache (default ~/.cache/dora/robustness_grid)")
-    ap.add_argument("--trace-cache", default=str(Path.home() / ".cache" / "dora" / "traces"),
+    ap.add_argument("--trace-cache", default=str(DEFAULT_TRACE_CACHE),
                     help="generated traces (default ~/.cache/dora/traces, as python -m dora.sim sweep)")
     ap.add_argument("--dora-set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra --set override for every dora run (trying a knob over the grid)")

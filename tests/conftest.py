@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,17 @@ from dora.trace import load_trace, write_trace
 from dora.trace.generate import TraceParams, generate_to
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_benchmark(name: str, module: str = "", register: bool = False):
+    """The script benchmarks/<name>.py as a module named `module` (default `name`; `register`: also
+    in sys.modules, for a script whose dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(module or name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules[module or name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 # Hypothesis profiles (tests that set max_examples themselves keep theirs): `dora` is the default
 # run's size; `full` is the property suite's acceptance run (>= 500 cases per policy):

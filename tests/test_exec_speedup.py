@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO, load_benchmark
+
 SCRIPT = REPO / "benchmarks" / "exec_speedup.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("exec_speedup", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("exec_speedup")
 
 
 def test_final_reward_is_the_mean_of_the_last_tenth(bench):

@@ -3,35 +3,26 @@ benchmarks/exec_speedup.py's correction labels, staleness histogram and merge ac
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO, load_benchmark
+
 PREDICT = REPO / "benchmarks" / "exec_speedup_predict.py"
-SPEEDUP = REPO / "benchmarks" / "exec_speedup.py"
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def pred():
-    return _load("exec_speedup_predict", PREDICT)
+    return load_benchmark("exec_speedup_predict")
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return _load("exec_speedup_for_labels", SPEEDUP)
+    return load_benchmark("exec_speedup", "exec_speedup_for_labels")
 
 
 def _res(real: float, sim: float) -> dict:

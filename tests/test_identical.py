@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_benchmark
 
 SCRIPT = REPO / "benchmarks" / "identical.py"
 
@@ -19,9 +18,7 @@ def test_a_tree_is_identical_to_itself(tmp_path):
 
 
 def test_differences_name_the_run_and_the_metric():
-    spec = importlib.util.spec_from_file_location("identical", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("identical")
     a = {"r": {"metrics": {"x": 1.0, "y": 2}, "events": {"rows": 3}}}
     b = {"r": {"metrics": {"x": 1.0, "y": 3}, "events": {"rows": 3}}}
     assert mod.differences(a, a) == [] and mod.differences(a, b) == ["r y: 2 != 3"]

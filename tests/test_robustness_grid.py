@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_benchmark
 
 SCRIPT = REPO / "benchmarks" / "robustness_grid.py"
 SLICE = ["--only", "moe_longtail/inst=8,load=light", "--only", "short_uniform/inst=8,load=light",
@@ -21,11 +20,7 @@ SLICE = ["--only", "moe_longtail/inst=8,load=light", "--only", "short_uniform/in
 
 @pytest.fixture(scope="module")
 def rg():
-    spec = importlib.util.spec_from_file_location("robustness_grid", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["robustness_grid"] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    yield mod
+    yield load_benchmark("robustness_grid", register=True)  # (its dataclasses look their module up)
     sys.modules.pop("robustness_grid", None)
 
 
