@@ -17,7 +17,6 @@ them, how many with the interval below 1: a loss the replicas agree on). `--csv`
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -31,6 +30,9 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import robustness_grid as rg  # noqa: E402
+
+from dora.errors import ArgumentParser, InputError  # noqa: E402
+from dora.io import atomic_path, check_output  # noqa: E402
 
 VIOLATIONS = ("c1_violations", "c2_lost", "c2_duplicated", "c3_violations")
 
@@ -94,7 +96,7 @@ def run_tree(tree: Path, opts: dict, out: Path) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="benchmarks/compare_trees.py", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="benchmarks/compare_trees.py", description=__doc__.split("\n")[0])
     ap.add_argument("--tree", action="append", default=[], type=Path, help="a source tree (twice: first, second)")
     ap.add_argument("--only", action="append", default=[], metavar="SUBSTRING",
                     help="configurations whose names contain it (default: the quick set)")
@@ -113,6 +115,21 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--tree {t}: no dora package there (dora/__init__.py); give a checkout of this repository")
     if a.replicas < 1 or a.jobs < 1:
         ap.error("--replicas and --jobs: must be at least 1")
+    probe = rg.sim_argv(rg.GridConfig("moe_longtail", "base", "base"), rg.TRACES["moe_longtail"].path, rg.STEPS)
+    try:
+        rg.sim_config(probe + ["--policy", "dora"] + [x for kv in a.set for x in ("--set", kv)])
+    except InputError as e:
+        ap.error(f"--set: {e}")
+    if a.csv is not None:
+        try:
+            check_output(a.csv, ("csv",), "--csv", "runs.csv")
+        except InputError as e:
+            ap.error(str(e))
+    names = [c.name for c in rg.grid()]
+    for sub in a.only:
+        if not any(sub in n for n in names):
+            ap.error(f"--only {sub}: no configuration of the grid contains it "
+                     "(python benchmarks/robustness_grid.py --list names them)")
     opts = {"only": a.only, "replicas": a.replicas, "set": a.set, "jobs": a.jobs, "cache": str(a.cache),
             "trace_cache": str(a.trace_cache), "quiet": a.quiet}
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         print(cmp.to_string(float_format=lambda x: f"{x:.3f}"))
     print(summary_line(cmp))
     if a.csv:
-        pd.concat([t.assign(tree=i) for i, t in enumerate(tabs, 1)]).to_csv(a.csv, index=False)
+        with atomic_path(a.csv) as tmp:
+            pd.concat([t.assign(tree=i) for i, t in enumerate(tabs, 1)]).to_csv(tmp, index=False)
         print(f"wrote {a.csv}")
     return 0
 

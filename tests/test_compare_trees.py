@@ -56,7 +56,11 @@ def test_a_tree_against_itself_is_level(tmp_path):
     (["--tree", "."], "give exactly two source trees"),
     (["--tree", ".", "--tree", "/nonexistent"], "no dora package there"),
     (["--tree", ".", "--tree", ".", "--replicas", "0"], "must be at least 1"),
+    (["--tree", ".", "--tree", ".", "--only", "no_such_family/"], "no configuration of the grid contains it"),
+    (["--tree", ".", "--tree", ".", "--set", "policy.dora.no_such_knob=1"], "no_such_knob: unknown key"),
+    (["--tree", ".", "--tree", ".", "--csv", "runs.txt"], "--csv"),
 ])
 def test_bad_input_is_refused_in_one_line(args, message):
     out = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 2 and message in out.stderr and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1
