@@ -38,7 +38,7 @@ VIOLATIONS = ("c1_violations", "c2_lost", "c2_duplicated", "c3_violations")
 
 # runs inside the tree under test: argv = [options as JSON, output CSV]
 _CHILD = r"""
-import json, sys
+import argparse, json, sys
 from pathlib import Path
 import dora  # the tree's (the working directory), before the grid puts this checkout on the path
 if Path(dora.__file__).resolve().parents[1] != Path.cwd().resolve():
@@ -46,7 +46,7 @@ if Path(dora.__file__).resolve().parents[1] != Path.cwd().resolve():
 sys.path.insert(0, {grid_dir!r})
 import robustness_grid as rg
 o = json.loads(sys.argv[1])
-configs = [c for c in rg.grid() if (any(s in c.name for s in o["only"]) if o["only"] else rg.is_quick(c))]
+configs = rg.select(argparse.Namespace(quick=not o["only"], only=o["only"], limit=None))
 notes = rg.Notes()
 traces = rg.Traces(Path(o["trace_cache"]), True)
 res = rg.resolve(configs, traces, notes, None, o["replicas"])
@@ -62,13 +62,12 @@ rg.tidy(jobs, results).to_csv(sys.argv[2], index=False)
 def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Per configuration: both trees' mean e2e samples/s, b / a, the paired 95% interval (over the
     replicas both ran) and the second tree's C1-C3 violations summed over its replicas."""
+    e2e = "e2e_samples_per_s"
+    pairs = a[["config", "replica", e2e]].merge(b[["config", "replica", e2e]], on=["config", "replica"],
+                                                 suffixes=("_a", "_b")).rename(columns={f"{e2e}_a": "a", f"{e2e}_b": "b"})
     rows = []
-    for config, rb in b.groupby("config", sort=True):
-        ra = a[a["config"] == config]
-        pair = ra.set_index("replica")["e2e_samples_per_s"].to_frame("a").join(
-            rb.set_index("replica")["e2e_samples_per_s"].to_frame("b"), how="inner")
-        if pair.empty:
-            continue
+    for config, pair in pairs.groupby("config", sort=True):
+        rb = b[b["config"] == config]
         lo, hi = rg.paired_ci(pair["b"].to_numpy(), pair["a"].to_numpy()) if len(pair) > 1 else (np.nan, np.nan)
         rows.append({"config": config, "replicas": len(pair), "a": pair["a"].mean(), "b": pair["b"].mean(),
                      "ratio": pair["b"].mean() / pair["a"].mean(), "ci_lo": lo, "ci_hi": hi,
@@ -115,9 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--tree {t}: no dora package there (dora/__init__.py); give a checkout of this repository")
     if a.replicas < 1 or a.jobs < 1:
         ap.error("--replicas and --jobs: must be at least 1")
-    probe = rg.sim_argv(rg.GridConfig("moe_longtail", "base", "base"), rg.TRACES["moe_longtail"].path, rg.STEPS)
     try:
-        rg.sim_config(probe + ["--policy", "dora"] + [x for kv in a.set for x in ("--set", kv)])
+        rg.check_sets("dora", a.set)
     except InputError as e:
         ap.error(f"--set: {e}")
     if a.csv is not None:

@@ -557,13 +557,18 @@ def make_jobs(resolved: list[Resolved], variants: dict[str, tuple[str, tuple[str
     return jobs
 
 
+def check_sets(policy: str, sets: tuple[str, ...] | list[str]) -> None:
+    """Raise InputError unless today's SimConfig accepts `policy` with these --set overrides."""
+    probe = sim_argv(GridConfig("moe_longtail", "base", "base"), TRACES["moe_longtail"].path, STEPS)
+    sim_config(probe + ["--policy", policy] + [x for s in sets for x in ("--set", s)])
+
+
 def check_variants(variants: dict[str, tuple[str, tuple[str, ...]]]) -> dict:
     """The variants whose overrides today's SimConfig accepts (the others: a note)."""
     ok = {}
-    probe = sim_argv(GridConfig("moe_longtail", "base", "base"), TRACES["moe_longtail"].path, STEPS)
     for name, (policy, sets) in variants.items():
         try:
-            sim_config(probe + ["--policy", policy] + [x for s in sets for x in ("--set", s)])
+            check_sets(policy, sets)
         except InputError as e:
             print(f"skipped variant {name}: {e}", file=sys.stderr)
             continue
