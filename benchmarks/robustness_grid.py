@@ -5,13 +5,13 @@ bounds x load x hardware/model) under each VARIANTS column, in parallel local pr
 a per-run result cache, and writes a tidy table, a per-configuration summary and a heatmap.
 
   python benchmarks/robustness_grid.py                 # the whole grid (--list names them)
-  python benchmarks/robustness_grid.py --quick         # 35 configurations, a few minutes
+  python benchmarks/robustness_grid.py --quick         # 37 configurations, a few minutes
   python benchmarks/robustness_grid.py --only code_agentic/ --only /eta=1 --limit 5
   python benchmarks/robustness_grid.py --ablation --quick   # dora with each mechanism flipped
 
-Wall time on a 2-core machine (compiled build, --jobs 2): --quick (35 configurations x 3
-replicas x 7 variants = 735 runs) about 2-3 min; the whole grid (244 configurations, 5,040 runs)
-about 40 min from an empty cache, seconds from a full one.
+Wall time on a 2-core machine (compiled build, --jobs 2): --quick (37 configurations)
+about 3 min; the whole grid (262 configurations, 5,418 runs)
+about 60 min from an empty cache, seconds from a full one.
 
 The grid (data, below: TRACES, HW_MODELS, BASE, ONE_AT_A_TIME, PAIRS, XL, N_RANDOM):
 - a trace family is a shipped trace file, or a dora.trace.generate preset (+ TraceParams
@@ -32,7 +32,7 @@ The grid (data, below: TRACES, HW_MODELS, BASE, ONE_AT_A_TIME, PAIRS, XL, N_RAND
   the MoE model, 0 for dense ones, whatever the trace records.
 
 --quick: every family's base point, moe_longtail's one-at-a-time and paired variations at
-<= 64 instances, and every other family at 16 instances (35 configurations today). Its outputs
+<= 64 instances, and every other family at 16 instances (37 configurations today). Its outputs
 go to *_quick paths; --only and --limit write the default paths (rerun the whole grid, from
 the cache, to rewrite them).
 

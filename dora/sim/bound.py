@@ -76,19 +76,49 @@ def bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devices_p
 # bound on e2e_samples_per_s is (N - 1)·B·G / T. Notation and the argument: docs/eta_bound.md.
 
 
-def _tail_s(L: np.ndarray, P: np.ndarray, cost: CostModel, f_min: float) -> np.ndarray:
+def _turn_terms(trace: Trace, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per trajectory, in `shape`: tool calls (turns - 1), seconds of each call, tool-output tokens
+    of each call; zeros for a one-turn trace."""
+    if trace.turns is None:
+        z = np.zeros(shape)
+        return z, z, z
+    calls = trace.turns.reshape(shape).astype(np.float64) - 1.0
+    wait = np.zeros(shape) if trace.tool_wait_s is None else trace.tool_wait_s.reshape(shape).astype(np.float64)
+    tool = np.zeros(shape) if trace.tool_tokens is None else trace.tool_tokens.reshape(shape).astype(np.float64)
+    return calls, wait, tool
+
+
+def _attention(L: np.ndarray, P: np.ndarray, calls: np.ndarray, tool: np.ndarray) -> np.ndarray:
+    """Context tokens a trajectory's L tokens see at least: P + j - 1 for its j-th token, plus the
+    tool output of every call before it; each turn after the first sees at least one call's
+    output, and those turns make L - floor(L / turns) tokens (the first turn makes floor(L / turns))."""
+    later = np.where(calls > 0, L - np.floor(L / (calls + 1.0)), 0.0)
+    return L * P + L * (L - 1) / 2 + tool * later
+
+
+def _tail_s(L: np.ndarray, P: np.ndarray, cost: CostModel, f_min: float, calls: np.ndarray | None = None,
+            wait: np.ndarray | None = None, tool: np.ndarray | None = None) -> np.ndarray:
     """Shortest possible life of a trajectory, first step to result at the policy: its L decode steps
     alone (batch 1, one version) on the fastest instance, its prompt's prefill (or, if it was moved
-    with KV before any prefill, that transfer), the result's latency."""
-    decode = L * (cost.weights_s(1) + cost.decode_per_seq_s) + cost.decode_per_ctx_token_s * (L * P + L * (L - 1) / 2)
+    with KV before any prefill, that transfer), the result's latency; a multi-turn one also waits
+    out each of its `calls` tool calls (`wait` s each, outside any instance) and prefills each
+    call's `tool` output tokens."""
+    z = np.zeros_like(L)
+    calls, wait, tool = (z if a is None else a for a in (calls, wait, tool))
+    decode = L * (cost.weights_s(1) + cost.decode_per_seq_s) + cost.decode_per_ctx_token_s * _attention(L, P, calls,
+                                                                                                         tool)
     first = np.minimum(f_min * cost.prefill_per_token_s * P, cost.kv_transfer_base_s + cost.kv_transfer_per_token_s * P)
-    return f_min * decode + first + cost.request_latency_s
+    return f_min * decode + first + cost.request_latency_s + calls * (wait + f_min * cost.prefill_per_token_s * tool)
 
 
-def _work_s(L: np.ndarray, P: np.ndarray, cost: CostModel, S: int) -> np.ndarray:
+def _work_s(L: np.ndarray, P: np.ndarray, cost: CostModel, S: int, calls: np.ndarray | None = None,
+            tool: np.ndarray | None = None) -> np.ndarray:
     """Instance-seconds (slowdown 1) a trajectory's decode steps cost it at least: each step's weight
     read shared by S = max_seqs sequences, its own per-sequence and attention terms (no prefill)."""
-    return L * (cost.weights_s(S) / S + cost.decode_per_seq_s) + cost.decode_per_ctx_token_s * (L * P + L * (L - 1) / 2)
+    z = np.zeros_like(L)
+    calls, tool = (z if a is None else a for a in (calls, tool))
+    return L * (cost.weights_s(S) / S + cost.decode_per_seq_s) + cost.decode_per_ctx_token_s * _attention(L, P, calls,
+                                                                                                         tool)
 
 
 def _spaced_max(vals: np.ndarray, gap: int) -> float:
@@ -113,8 +143,9 @@ def eta_bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devic
     L = trace.response_len.reshape(n, G).astype(np.float64)
     P = trace.prompt_len.reshape(n, G).astype(np.float64)
     # per trace group: slowest sample alone, decode work, trained tokens
-    tail = _tail_s(L, P, cost, f_min).max(axis=1)
-    work = _work_s(L, P, cost, max_seqs).sum(axis=1)
+    calls, wait, tool = _turn_terms(trace, (n, G))
+    tail = _tail_s(L, P, cost, f_min, calls, wait, tool).max(axis=1)
+    work = _work_s(L, P, cost, max_seqs, calls, tool).sum(axis=1)
     tokens = (L + P).sum(axis=1)
 
     # group k is the dataset's k-th draw (trace row k mod n), in block k // B. Steps 1..N-1 can train

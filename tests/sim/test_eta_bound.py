@@ -35,9 +35,11 @@ def bound_of(trace, cfg: SimConfig, slowdowns=None) -> dict:
                                    c.trainer_devices, cfg.policy.batch_size, cfg.policy.eta, cfg.steps, f)
 
 
-def trace_of(lengths: list[list[int]], prompt_len: int = 1):
+def trace_of(lengths: list[list[int]], prompt_len: int = 1, turns: list[list[int]] | None = None,
+             wait_s: float = 0.0, tool_tokens: int = 0):
     arr = np.asarray(lengths, dtype=np.int64)
-    return make_trace(arr, np.full(len(arr), prompt_len), int(arr.max()), "hand")
+    multi = None if turns is None else (np.asarray(turns), np.full(arr.shape, wait_s), np.full(arr.shape, tool_tokens))
+    return make_trace(arr, np.full(len(arr), prompt_len), int(arr.max()), "hand", multi)
 
 
 POLICY_RUNS = (("sync", {}), ("one_step", {}), ("partial", {}), ("laminar", {}), ("dora", {}),
@@ -63,6 +65,21 @@ def test_tail_and_work_of_one_trajectory():
     L, P = np.array([3.0, 3.0]), np.array([10.0, 100.0])
     assert _tail_s(L, P, cost, 0.5) == pytest.approx([4.34, 7.69], rel=1e-12)
     assert _work_s(L[:1], P[:1], cost, 4) == pytest.approx([3.23625], rel=1e-12)
+
+
+def test_tail_and_work_of_a_multi_turn_trajectory():
+    """The costs above; L = 6, P = 10, 3 turns (2 tool calls of 1.5 s, each appending 4 tokens).
+    The first turn makes floor(6/3) = 2 tokens; the 4 after it see at least one call's output:
+    attention 6·10 + 6·5/2 + 4·4 = 91 tokens.
+      tail = 0.5·(6·2.25 + 0.01·91) + min(0.5, 0.7) + 0.3 + 2·(1.5 + 0.5·0.1·4)
+           = 7.205 + 0.5 + 0.3 + 3.4 = 11.405
+      work at S = 4: 6·(2.875/4 + 0.25) + 0.01·91 = 6.7225 (no prefill, no wait)"""
+    cost = CostModel(**{**ZERO, "decode_expert_s": 2.0, "expert_touch": 0.5, "decode_per_seq_s": 0.25,
+                        "decode_per_ctx_token_s": 0.01, "prefill_per_token_s": 0.1, "kv_transfer_base_s": 0.5,
+                        "kv_transfer_per_token_s": 0.02, "request_latency_s": 0.3})
+    L, P, calls, wait, tool = (np.array([v]) for v in (6.0, 10.0, 2.0, 1.5, 4.0))
+    assert _tail_s(L, P, cost, 0.5, calls, wait, tool) == pytest.approx([11.405], rel=1e-12)
+    assert _work_s(L, P, cost, 4, calls, tool) == pytest.approx([6.7225], rel=1e-12)
 
 
 def test_spaced_max():
@@ -111,6 +128,23 @@ def test_tail_bound_one_sample_groups():
                                    **{f"policy.{k}": v for k, v in knobs.items()}), name, progress=False)
         assert r.metrics["eta_bound_samples_per_s"] == pytest.approx(3 / 10.02, rel=1e-12)
         assert r.metrics["e2e_samples_per_s"] <= 3 / 10.02 * (1 + 1e-9), name
+
+
+def test_tool_waits_lengthen_the_tail():
+    """CASE1's run with group 2 (length 10) in 3 turns: 2 tool calls of 5 s each, no tool output.
+    Its life alone: 10 tokens of 1 s + 2·5 s of waiting = 20 s, so the tail window gives
+    0.03 + (20 - 1·0.01) = 20.02 (by x_min the same), the capacity terms stay 3 and 3.03:
+    bound 3/20.02. Every policy's run stays under it."""
+    trace = trace_of([[4], [6], [10], [2], [8]], turns=[[1], [1], [3], [1], [1]], wait_s=5.0)
+    cfg = config(trace, CASE1, steps=4, **CLUSTER1)
+    b = bound_of(trace, cfg)
+    assert b["eta_T_trainer_tail_disaggregated_s"] == pytest.approx(20.02, rel=1e-12)
+    assert b["eta_T_capacity_disaggregated_s"] == pytest.approx(3.0, rel=1e-12)
+    assert b["eta_bound_samples_per_s"] == pytest.approx(3 / 20.02, rel=1e-12)
+    for name, knobs in POLICY_RUNS:
+        r = simulate(trace, config(trace, CASE1, steps=4, policies=[name], **CLUSTER1,
+                                   **{f"policy.{k}": v for k, v in knobs.items()}), name, progress=False)
+        assert r.metrics["e2e_samples_per_s"] <= 3 / 20.02 * (1 + 1e-9), name
 
 
 CASE2 = {"decode_per_seq_s": 0.5, "train_base_s": 0.5, "train_device_s_per_token": 0.1, "publish_s": 0.25,
@@ -219,7 +253,7 @@ def assumption_breaks(df, eta: int) -> list[str]:
 
 @st.composite
 def cases(draw):
-    """A small trace (body, heavy tail, equal, one outlier, all ones), a cluster of 2-8 instances and
+    """A small trace (body, heavy tail, equal, one outlier, all ones; half of them multi-turn), a cluster of 2-8 instances and
     random cost coefficients (dense or MoE), weight-sync topology, stragglers, sometimes a shared
     host, for the bound's property."""
     G, B, eta = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
@@ -240,9 +274,14 @@ def cases(draw):
         lengths = np.ones((n, G))
     lengths = np.clip(np.rint(lengths), 1, cap).astype(np.int64)
     prompts = rng.integers(1, draw(st.sampled_from([1, 8, 64, 512])) + 1, n)
-    trace = make_trace(lengths, prompts, cap, shape)
+    multi = None
+    if draw(st.booleans()):  # multi-turn: 1-6 turns (at most the length), calls of up to 5 s, 0-64 tokens
+        turns = np.minimum(rng.integers(1, 7, (n, G)), lengths)
+        multi = (turns, rng.uniform(0.0, draw(st.sampled_from([0.05, 1.0, 5.0])), (n, G)),
+                 rng.integers(0, draw(st.sampled_from([1, 8, 65])), (n, G)))
+    trace = make_trace(lengths, prompts, cap, shape, multi)
     instances = draw(st.integers(2, 8))
-    need = int(trace.prompt_len.max()) + int(trace.response_len.max())
+    need = int(trace.prompt_len.max()) + int(trace.response_len.max()) + int(trace.tool_tokens_total().max())
 
     def u(hi: float) -> float:  # 0, or up to hi
         return draw(st.one_of(st.just(0.0), st.floats(hi / 1000, hi)))
