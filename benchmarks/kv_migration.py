@@ -1,17 +1,21 @@
-"""Migration of a running trajectory between two hf engines: with its KV cache vs by re-prefill.
+"""Migration of a running trajectory between two engines: with its KV cache vs by re-prefill.
 
-Two hf engines of one model in this process (the tiny model built here with --hidden-size and
+Two engines of one backend (--backend hf: in this process; vllm: AsyncLLM engines with the
+DoraKVConnector and a shared store directory) of one model (the tiny model built here with --hidden-size and
 --layers, or --model DIR). For each context length, a greedy request with a prompt of that many
 tokens runs on engine A until it has generated --generated tokens, then moves to engine B:
   kv         A.export_kv -> pickled and unpickled (as through Ray's object store) -> B.import_kv
+             (vllm: the K/V go through the store directory, the state carries its key)
   reprefill  A.abort -> B.submit(prompt + generated so far): B prefills the whole context
-and for each it prints the bytes that cross (the K/V tensors, pickled) and the seconds from the
-move's start until B has produced its next token. Each is checked: the finished output equals an
-uninterrupted greedy run on A, token for token (both paths), and the kv path makes B prefill
-nothing. Median of --reps moves per point.
+and for each it prints the bytes that cross (the K/V tensors, pickled; vllm: the saved blocks'
+file) and the seconds from the move's start until B has produced its next token. Each is
+checked: the finished output equals an uninterrupted greedy run on A, token for token (both
+paths), and the kv path re-prefills nothing on B (hf: no prefill batch either). Median of
+--reps moves per point.
 
   python benchmarks/kv_migration.py                                   # tiny model (hidden 64, 2 layers)
   python benchmarks/kv_migration.py --hidden-size 512 --layers 8 --json out.json
+  python benchmarks/kv_migration.py --backend vllm --hidden-size 512 --layers 8
 """
 
 from __future__ import annotations
@@ -63,21 +67,26 @@ def move_once(a, b, prompt: list[int], total: int, generated: int, how: str, rid
         blob = pickle.dumps(a.export_kv(rid))
         state = pickle.loads(blob)
         n = len(state.part.token_ids)
+        size = len(blob)
+        if state.handle is not None:  # vllm: the K/V wait in the store
+            size += sum(f.stat().st_size for f in (Path(a.cfg.kv_store) / state.handle[0]).iterdir())
         b.import_kv(state)
     else:
         part = a.abort(rid)
         n = len(part.token_ids)
         blob = pickle.dumps(part)
+        size = len(blob)
         b.submit(GenRequest.resume(pickle.loads(blob), total, greedy, stop_token_ids=()))
     t1 = _wait(b, rid, n + 1)
     res = _finish(b, rid)
-    return {"s_to_next_token": t1 - t0, "bytes": len(blob), "moved_at": n, "tokens": res.token_ids,
-            "b_prefills": len(b.get_stats()["prefills"]) - prefills}
+    return {"s_to_next_token": t1 - t0, "bytes": size, "moved_at": n, "tokens": res.token_ids,
+            "b_prefills": len(b.get_stats()["prefills"]) - prefills, "reprefill": res.reprefill_tokens}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="benchmarks/kv_migration.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", choices=["hf", "vllm"], default="hf")
     ap.add_argument("--model", help="an HF checkpoint directory (default: a tiny model built here)")
     ap.add_argument("--hidden-size", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
@@ -99,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
 
             model = str(build_tiny_model(Path(tmp) / "model", seed=0, hidden_size=a.hidden_size, layers=a.layers,
                                          intermediate_size=2 * a.hidden_size))
-        cfg = EngineConfig(model=model, backend="hf", device="cpu", dtype="float32", max_num_seqs=8,
-                           max_model_len=max(a.contexts) + a.total + 8, seed=0, cpu_threads=a.threads)
+        kw = {"cpu_threads": a.threads} if a.backend == "hf" else {"kv_store": str(Path(tmp) / "kv_store")}
+        if a.backend == "vllm":
+            Path(kw["kv_store"]).mkdir()
+        cfg = EngineConfig(model=model, backend=a.backend, device="cpu", dtype="float32", max_num_seqs=8,
+                           max_model_len=max(a.contexts) + a.total + 8, seed=0, enable_prefix_caching=False, **kw)
         eng_a, eng_b = make_engine(cfg), make_engine(cfg)
         rows = []
         try:
@@ -116,10 +128,11 @@ def main(argv: list[str] | None = None) -> int:
                     row = {"context": ctx, "how": how, "moved_at_tokens": runs[0]["moved_at"],
                            "bytes": runs[0]["bytes"],
                            "s_to_next_token": statistics.median(r["s_to_next_token"] for r in runs),
-                           "prefills_on_b": max(r["b_prefills"] for r in runs), "token_for_token": same}
+                           "prefills_on_b": max(r["b_prefills"] for r in runs) if a.backend == "hf" else None,
+                           "reprefill_tokens_on_b": max(r["reprefill"] for r in runs), "token_for_token": same}
                     rows.append(row)
                     print(f"context {ctx:>5}  {how:<9}  {row['bytes']:>11,} B  next token after "
-                          f"{row['s_to_next_token'] * 1e3:8.1f} ms  prefills on B {row['prefills_on_b']}  "
+                          f"{row['s_to_next_token'] * 1e3:8.1f} ms  re-prefilled on B {row['reprefill_tokens_on_b']}  "
                           f"same output {same}", flush=True)
                     if not same:
                         print(f"error: the {how} move changed the greedy output at context {ctx}", file=sys.stderr)
@@ -128,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             eng_a.close()
             eng_b.close()
     if a.json:
-        Path(a.json).write_text(json.dumps({"hidden_size": a.hidden_size, "layers": a.layers, "model": a.model,
+        Path(a.json).write_text(json.dumps({"backend": a.backend, "hidden_size": a.hidden_size, "layers": a.layers, "model": a.model,
                                             "generated": a.generated, "reps": a.reps, "rows": rows}, indent=1))
     return 0
 

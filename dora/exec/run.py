@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,10 +84,16 @@ def run_policies(cfg: ExecConfig, progress: bool = True) -> list[ExecResult]:
         def start_trainer(run_dir: Path):
             return TrainerGroup.start(ray, TrainerActor, cfg.model, cfg.trainer, str(run_dir), ranks=ranks, num_cpus=1,
                                       num_gpus=gpu)
+    kv_store = ""
+    if r.kv_connector:  # one store for the run's engines (vllm_kv): cleared of what a crash left
+        kv_store = str(Path(cfg.out).resolve() / "kv_store")
+        shutil.rmtree(kv_store, ignore_errors=True)
+        os.makedirs(kv_store)
+
     def engine_config(i: int) -> EngineConfig:
         return EngineConfig(model=cfg.model, backend=r.backend, device=r.device, dtype=r.dtype,
                             max_num_seqs=r.max_num_seqs, max_model_len=r.max_model_len, seed=cfg.seed + i,
-                            cpu_threads=r.cpu_threads, kv_cache_bytes=r.kv_cache_bytes)
+                            cpu_threads=r.cpu_threads, kv_cache_bytes=r.kv_cache_bytes, kv_store=kv_store)
 
     out: list[ExecResult] = []
     for name in cfg.policies:

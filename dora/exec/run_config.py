@@ -36,6 +36,10 @@ class RolloutConfig:
     # collective: auto (nccl when the trainer is on CUDA on Ray, else gloo) | gloo | nccl
     weight_sync_backend: str = "auto"
     weight_sync_timeout_s: float = 600.0  # collective: how long a member waits for the others (join, transfer)
+    # vllm: move running requests with their KV cache through vLLM's KV-transfer connector interface
+    # (dora.exec.engine.vllm_kv; a store directory under `out`, so the engines must share that
+    # filesystem); false: a vLLM migration re-prefills. The hf backend always moves the KV.
+    kv_connector: bool = False
 
     def validate(self) -> None:
         if self.instances < 1:
@@ -62,6 +66,9 @@ class RolloutConfig:
             raise too_small("cpu_threads", self.cpu_threads, 0)
         if self.kv_cache_bytes < 1:
             raise too_small("kv_cache_bytes", self.kv_cache_bytes, 1)
+        if self.kv_connector and self.backend != "vllm":
+            raise InputError(f"kv_connector: the {self.backend} backend moves KV caches without one; set it to "
+                             "false or use backend vllm")
 
 
 @dataclass
@@ -107,9 +114,11 @@ class ExecConfig:
         if self.policy.dora.elastic_trainer:
             raise InputError("policy.dora.elastic_trainer: not available in the executor yet (simulator only); "
                              "set it to false")
-        if self.policy.laminar.repack_kv and self.rollout.backend != "hf" and "laminar" in self.policies:
+        if (self.policy.laminar.repack_kv and self.rollout.backend == "vllm" and not self.rollout.kv_connector
+                and "laminar" in self.policies):
             raise InputError(f"policy.laminar.repack_kv: the {self.rollout.backend} backend cannot move a KV cache "
-                             "(its repack re-prefills); set it to false, or use --set rollout.backend=hf")
+                             "without rollout.kv_connector (its repack would re-prefill); set rollout.kv_connector=true, set it to false, "
+                             "or use --set rollout.backend=hf")
         if self.policy.sync.colocated:
             raise InputError("policy.sync.colocated: the executor runs engines and trainer as separate processes; "
                              "set it to false")

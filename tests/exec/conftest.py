@@ -61,14 +61,16 @@ def _engine_config(backend, ckpt, **kw):
 
 
 @pytest.fixture(scope="session", params=["hf", "vllm"])
-def engine_pair(request, tiny_ckpt):
+def engine_pair(request, tiny_ckpt, tmp_path_factory):
     """(A, B) engines of one backend, both backends in the default suite."""
     if request.param == "vllm":
         pytest.importorskip("vllm")
     from dora.exec.engine import make_engine
 
-    a = make_engine(_engine_config(request.param, tiny_ckpt))
-    b = make_engine(_engine_config(request.param, tiny_ckpt, kv_cache_bytes=128 * 1024 * 1024))
+    # vllm: both share a KV store, so running requests can move with their KV cache (vllm_kv)
+    kv = {"kv_store": str(tmp_path_factory.mktemp("kv_store"))} if request.param == "vllm" else {}
+    a = make_engine(_engine_config(request.param, tiny_ckpt, **kv))
+    b = make_engine(_engine_config(request.param, tiny_ckpt, kv_cache_bytes=128 * 1024 * 1024, **kv))
     yield EnginePair(request.param, tiny_ckpt, a, b)
     a.close()
     b.close()

