@@ -243,10 +243,11 @@ class VllmEngine(StagedLoads, RolloutEngine):
             if ids is None:
                 raise RuntimeError(f"import_kv {req.request_id!r}: no KV cache under {key!r} in {self.cfg.kv_store} "
                                    "on this host; KV migration on vllm needs engines that share the store directory")
-            if len(ids) != n or ids != ctx[:n] or n >= len(ctx):
+            m = min(n, len(ctx))  # the source may have fed its last token already (a sample in flight at the abort)
+            if len(ids) != n or ids[:m] != ctx[:m]:
                 raise ValueError(f"import_kv {req.request_id!r}: the saved KV cache covers {len(ids)} tokens that are "
                                  f"not the first tokens of its prompt + generated ({len(ctx)})")
-            load = (key, n)
+            load = (key, min(n, len(ctx) - 1))  # the last token is fed here, for the next token's logits
         self._start(req, load)
 
     def _load_tensors(self, items: list[tuple[str, Any]]) -> None:
