@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             eng_a.close()
             eng_b.close()
     if a.json:
-        Path(a.json).write_text(json.dumps({"backend": a.backend, "hidden_size": a.hidden_size, "layers": a.layers, "model": a.model,
+        Path(a.json).write_text(json.dumps({"backend": a.backend, "hidden_size": a.hidden_size, "layers": a.layers,
+                                            "model": a.model,
                                             "generated": a.generated, "reps": a.reps, "rows": rows}, indent=1))
     return 0
 

@@ -117,8 +117,8 @@ class ExecConfig:
         if (self.policy.laminar.repack_kv and self.rollout.backend == "vllm" and not self.rollout.kv_connector
                 and "laminar" in self.policies):
             raise InputError(f"policy.laminar.repack_kv: the {self.rollout.backend} backend cannot move a KV cache "
-                             "without rollout.kv_connector (its repack would re-prefill); set rollout.kv_connector=true, set it to false, "
-                             "or use --set rollout.backend=hf")
+                             "without rollout.kv_connector (its repack would re-prefill); set "
+                             "rollout.kv_connector=true, set it to false, or use --set rollout.backend=hf")
         if self.policy.sync.colocated:
             raise InputError("policy.sync.colocated: the executor runs engines and trainer as separate processes; "
                              "set it to false")

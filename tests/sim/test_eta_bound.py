@@ -253,9 +253,9 @@ def assumption_breaks(df, eta: int) -> list[str]:
 
 @st.composite
 def cases(draw):
-    """A small trace (body, heavy tail, equal, one outlier, all ones; half of them multi-turn), a cluster of 2-8 instances and
-    random cost coefficients (dense or MoE), weight-sync topology, stragglers, sometimes a shared
-    host, for the bound's property."""
+    """A small trace (body, heavy tail, equal, one outlier, all ones; half of them multi-turn), a
+    cluster of 2-8 instances and random cost coefficients (dense or MoE), weight-sync topology,
+    stragglers, sometimes a shared host, for the bound's property."""
     G, B, eta = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
     steps, n = draw(st.integers(4, 12)), draw(st.integers(B, B + 16))
     shape = draw(st.sampled_from(["lognormal", "pareto", "equal", "outlier", "ones"]))

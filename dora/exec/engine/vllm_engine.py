@@ -108,8 +108,9 @@ class VllmEngine(StagedLoads, RolloutEngine):
 
             from dora.exec.engine.vllm_kv import CONNECTOR, MODULE
 
-            kw["kv_transfer_config"] = KVTransferConfig(kv_connector=CONNECTOR, kv_connector_module_path=MODULE,
-                                                        kv_role="kv_both", kv_connector_extra_config={"store": c.kv_store})
+            kw["kv_transfer_config"] = KVTransferConfig(
+                kv_connector=CONNECTOR, kv_connector_module_path=MODULE, kv_role="kv_both",
+                kv_connector_extra_config={"store": c.kv_store})
         args = AsyncEngineArgs(**kw)
         return AsyncLLM.from_engine_args(args, stat_loggers=[_step_logger_factory(self)])
 
@@ -136,12 +137,13 @@ class VllmEngine(StagedLoads, RolloutEngine):
                 extra["kv_transfer_params"]["dora_load"] = load[0]
                 # the last token is fed as the source's next decode step would have; any other
                 # token the saved cache lacks (in flight at the abort) is prefilled again
-                live.reprefill = req.reprefill_tokens + max(len(req.prompt_ids) + len(req.generated_ids) - 1 - load[1], 0)
+                ctx = len(req.prompt_ids) + len(req.generated_ids)
+                live.reprefill = req.reprefill_tokens + max(ctx - 1 - load[1], 0)
                 live.kv_loaded = load[1]
         sp = SamplingParams(max_tokens=req.max_new_tokens - len(req.generated_ids), temperature=s.temperature,
                             top_p=s.top_p, seed=s.seed,  # None: vLLM's engine-seeded batch sampler (faster)
                             logprobs=0, output_kind=RequestOutputKind.DELTA, ignore_eos=True,
-                            stop_token_ids=list(req.stop_token_ids) if req.stop_token_ids is not None else self._stop_ids,
+                            stop_token_ids=self._stop_ids if req.stop_token_ids is None else list(req.stop_token_ids),
                             extra_args=extra)
         prompt = list(req.prompt_ids) + list(req.generated_ids)
         self._internal[req.request_id] = internal_id
