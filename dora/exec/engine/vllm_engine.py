@@ -72,9 +72,8 @@ class VllmEngine(StagedLoads, RolloutEngine):
     def __init__(self, cfg: EngineConfig):
         super().__init__(cfg)
         self._stop_ids = list(cfg.stop_token_ids) if cfg.stop_token_ids is not None else list(model_stop_ids(cfg.model))
-        self._tasks: dict[str, tuple[asyncio.Task, _Live]] = {}
+        self._tasks: dict[str, tuple[asyncio.Task, _Live, str]] = {}  # request id -> (task, book, id in vLLM)
         self._attempt = itertools.count()
-        self._internal: dict[str, str] = {}  # request id -> the id of its current attempt in vLLM
         self.kv_migration = bool(cfg.kv_store)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="dora-vllm-loop", daemon=True)
@@ -116,7 +115,7 @@ class VllmEngine(StagedLoads, RolloutEngine):
 
     def _record_step(self, t: float, running: int, prefill: int, decode: int, dt: float) -> None:
         # runs on the loop thread, like the token book-keeping it reads
-        ctx = sum(len(live.req.prompt_ids) + len(live.token_ids) for _, live in self._tasks.values())
+        ctx = sum(len(live.req.prompt_ids) + len(live.token_ids) for _, live, _ in self._tasks.values())
         with self._book:
             self.stats.add_step((t, running, ctx, prefill, decode, dt))
 
@@ -146,13 +145,12 @@ class VllmEngine(StagedLoads, RolloutEngine):
                             stop_token_ids=self._stop_ids if req.stop_token_ids is None else list(req.stop_token_ids),
                             extra_args=extra)
         prompt = list(req.prompt_ids) + list(req.generated_ids)
-        self._internal[req.request_id] = internal_id
         fut = asyncio.run_coroutine_threadsafe(self._spawn(live, prompt, sp, internal_id), self._loop)
         fut.result()  # the task is registered before submit() returns (abort can find it)
 
     async def _spawn(self, live: _Live, prompt: list[int], sp: Any, internal_id: str) -> None:
         task = asyncio.get_running_loop().create_task(self._run(live, prompt, sp, internal_id))
-        self._tasks[live.req.request_id] = (task, live)
+        self._tasks[live.req.request_id] = (task, live, internal_id)
 
     async def _run(self, live: _Live, prompt: list[int], sp: Any, internal_id: str) -> None:
         from vllm.inputs import TokensPrompt
@@ -173,7 +171,6 @@ class VllmEngine(StagedLoads, RolloutEngine):
                     live.versions.append(live.version)
                 if out.finished:
                     self._tasks.pop(rid, None)
-                    self._internal.pop(rid, None)
                     reason = o.finish_reason if o.finish_reason in ("stop", "length") else "abort"
                     self._finish(live, reason)
                     return
@@ -181,7 +178,6 @@ class VllmEngine(StagedLoads, RolloutEngine):
             raise  # _abort cancelled us; AsyncLLM.generate aborted the request in the engine core
         except Exception as e:  # engine failure: hand the partial trajectory back, with the error
             self._tasks.pop(rid, None)
-            self._internal.pop(rid, None)
             res = live.result("abort")
             res.error = f"vllm engine: {type(e).__name__}: {e}"
             log.error("request %s failed: %s", rid, res.error)
@@ -197,10 +193,9 @@ class VllmEngine(StagedLoads, RolloutEngine):
 
     async def _abort_async(self, request_id: str) -> GenResult | None:
         entry = self._tasks.pop(request_id, None)
-        self._internal.pop(request_id, None)
         if entry is None:
             return None
-        task, live = entry
+        task, live, _ = entry
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return live.result("abort")
@@ -210,10 +205,10 @@ class VllmEngine(StagedLoads, RolloutEngine):
         from dora.exec.engine.vllm_kv import discard, request_export, saved_ids
 
         store = self.cfg.kv_store
-        key = self._internal.get(request_id)
-        if key is None:
+        entry = self._tasks.get(request_id)
+        if entry is None:
             return None
-        live = self._live_of(request_id)
+        _, live, key = entry
         request_export(store, key)
         part = self._abort(request_id)
         if part is None:  # it finished meanwhile: poll() has it
@@ -285,7 +280,7 @@ class VllmEngine(StagedLoads, RolloutEngine):
 
     def _shutdown(self) -> None:
         async def _cancel_all():
-            for task, _ in list(self._tasks.values()):
+            for task, _, _ in list(self._tasks.values()):
                 task.cancel()
             self._tasks.clear()
 
