@@ -244,9 +244,9 @@ def test_vllm_kv_migration_through_the_connector(engine_pair, collect, wait_toke
     state = a.export_kv("mv")
     n = len(state.part.token_ids)
     assert k <= n < 300 and state.part.token_ids == ref.token_ids[:n]
-    # the cache covers prompt + generated - 1 tokens (the last sampled one not yet fed), or all of them
-    # when the source fed it (and sampled one more) before the abort reached it
-    assert state.keys is None and state.handle is not None and state.handle[1] in (len(PROMPT) + n - 1, len(PROMPT) + n)
+    # the cache covers prompt + generated - 1 tokens (the last sampled one not yet fed), or more when the
+    # source had fed it and sampled further (outputs the client had not received) before the abort
+    assert state.keys is None and state.handle is not None and state.handle[1] >= len(PROMPT) + n - 1
     assert "mv" not in a.running_ids() and a.export_kv("mv") is None
 
     b.import_kv(pickle.loads(pickle.dumps(state)))  # as through Ray's object store

@@ -122,7 +122,8 @@ class KVState:
     when the request was still queued (nothing computed: the destination prefills it, as the
     source would have). `rng`: the sampling generator's state and its device type. `handle`:
     (key, tokens) when the cache waits in a store the engines share instead of travelling in the
-    state (vllm: dora.exec.engine.vllm_kv), covering the first `tokens` of prompt + generated."""
+    state (vllm: dora.exec.engine.vllm_kv): the cache of the first `tokens` tokens the source computed,
+    prompt + generated - 1 or more (samples in flight at the abort, which the destination redoes)."""
 
     part: GenResult  # what it generated so far (finish_reason 'abort'), its version
     max_new_tokens: int

@@ -240,7 +240,7 @@ class VllmEngine(StagedLoads, RolloutEngine):
             if ids is None:
                 raise RuntimeError(f"import_kv {req.request_id!r}: no KV cache under {key!r} in {self.cfg.kv_store} "
                                    "on this host; KV migration on vllm needs engines that share the store directory")
-            m = min(n, len(ctx))  # the source may have fed its last token already (a sample in flight at the abort)
+            m = min(n, len(ctx))  # the source may have run ahead of what it sent (samples in flight at the abort)
             if len(ids) != n or ids[:m] != ctx[:m]:
                 raise ValueError(f"import_kv {req.request_id!r}: the saved KV cache covers {len(ids)} tokens that are "
                                  f"not the first tokens of its prompt + generated ({len(ctx)})")
