@@ -26,6 +26,7 @@ COMPILED = [
     "dora/sched/loadindex.py",
     "dora/sched/predictor.py",
     "dora/sched/pace.py",
+    "dora/sched/calibration.py",
     "dora/sched/costs.py",
     "dora/sched/progress.py",
     "dora/sched/policy.py",

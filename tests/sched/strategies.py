@@ -104,6 +104,7 @@ def _policy_knobs(draw, policy: str) -> dict:
                          "repartition_load": draw(st.sampled_from([0.0, 0.5, 1.0])),
                          "predictor": draw(st.sampled_from(["history", "none"])),
                          "max_regenerations": draw(st.integers(0, 2)),
+                         "widen_max": draw(st.sampled_from([1.0, 1.5, 3.0])),
                          "elastic_trainer": draw(st.booleans())}}
     return {}
 

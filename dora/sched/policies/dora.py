@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from mypy_extensions import mypyc_attr
 
+from dora.sched.calibration import RemainderCalibration
 from dora.sched.config import PolicyConfig
 from dora.sched.pace import TrainerPace
 from dora.sched.predictor import LengthPredictor
@@ -58,6 +59,7 @@ from dora.sched.streaming import StreamingPolicy
 _SOURCES_LOOKED_AT = 4  # per hosting decision: the most crowded instances whose tails are weighed
 _DESTINATIONS_LOOKED_AT = 8  # per consolidation: peers weighed as destinations
 _RETRY_S = 1.0  # a consolidation pass that moved nothing is not repeated for this long (simulated s)
+_SHADOW_BETS = 32  # per publication: trajectories the calibration bets on without moving them
 _WAIT_GAIN = 0.8  # a group waits for fresh instances only to finish at least 20% sooner (estimate noise)
 
 
@@ -78,6 +80,8 @@ class DoraPolicy(StreamingPolicy):
         self._incoming: dict[int, int] = {}  # instances loading the newest version -> their slots
         self._retry: dict[int, float] = {}  # version -> no consolidation pass before this time
         self._ready_at: dict[int, float] = {}  # instances loading the newest version -> predicted load end
+        self.calib = RemainderCalibration(cap=dc.widen_max)  # how far consolidation's cautious remainders ran short
+        self._c = 1.0  # its factor, as of the current consolidation pass
 
     # ---- serving and placement --------------------------------------------------------------------
     def on_start(self) -> None:
@@ -205,6 +209,7 @@ class DoraPolicy(StreamingPolicy):
     def abort(self, traj: int, reason: str) -> None:
         super().abort(traj, reason)
         self.prog.leave(traj, self.now)
+        self.calib.drop(traj)
 
     def regenerate(self, g: GroupView, reason: str) -> None:
         trajs = self.view.trajs
@@ -212,10 +217,12 @@ class DoraPolicy(StreamingPolicy):
             st = trajs[tid].state
             if st == QUEUED_OR_RUNNING or st == MIGRATING:
                 self.prog.leave(tid, self.now)
+                self.calib.drop(tid)
         super().regenerate(g, reason)
 
     def on_lost(self, traj: int, inst: int) -> None:
         self.prog.leave(traj, self.now)
+        self.calib.drop(traj)
         super().on_lost(traj, inst)
 
     def load(self, inst: InstView, version: int, mode: str = "drain", evict: int = -1) -> None:
@@ -237,7 +244,8 @@ class DoraPolicy(StreamingPolicy):
         beyond what it has made, or (`cautious`) their 90th percentile; without a history, as
         long again as it has run (a heavy tail's median residual), or (cautious) three times.
         `bound` (cautious, for a delay that must not make the trainer wait): with fewer than 10
-        lengths seen beyond what it has made (no 90th percentile in them), the larger of the two."""
+        lengths seen beyond what it has made (no 90th percentile in them), the larger of the two;
+        times the factor by which such bounds have run short so far (`RemainderCalibration`)."""
         g = self.prog.generated(traj, self.now)
         pred = self.pred
         if pred is None:
@@ -246,7 +254,9 @@ class DoraPolicy(StreamingPolicy):
             return max(pred.conditional_mean(g) - g, 1.0)
         total, seen = pred.quantile_and_count(g, 0.9)
         rem = max(total - g, 1.0)
-        return max(rem, 3.0 * g + 1.0) if bound and seen < 10 else rem
+        if not bound:
+            return rem
+        return (max(rem, 3.0 * g + 1.0) if seen < 10 else rem) * self._c
 
     def _tick(self, completed: int = 0) -> None:
         v = self.view
@@ -331,6 +341,9 @@ class DoraPolicy(StreamingPolicy):
         if self.now < self._retry.get(ver, 0.0):
             return  # the last pass over this version found nothing to move: not again so soon
         old, share = self.old, self.dc.repartition_load
+        now, prog, widen = self.now, self.prog, self.dc.widen_max > 1
+        if widen:
+            self._c = self.calib.factor(lambda t: prog.generated(t, now), now)
         dl = self.deadline(ver, paced=True)
         looked = 0
         for load in old.loads(ver):
@@ -348,6 +361,8 @@ class DoraPolicy(StreamingPolicy):
                 if dst is not None:
                     residents = dst.load + len(src.active) - 1
                     for tid in list(src.active):
+                        if widen:
+                            self.calib.bet(tid, prog.generated(tid, now), self.remaining(tid, True, True) / self._c, dl)
                         self.move(tid, dst, residents)
                     self.load(src, latest)
                     return  # one per call: the next finish or publication looks again
@@ -422,12 +437,31 @@ class DoraPolicy(StreamingPolicy):
         self._incoming.clear()  # loads under way are of an older version now
         self._ready_at.clear()
         self._retry.clear()  # the deadlines moved
+        self._shadow_bets()
         self.repartition()
         self.admit()
+
+    def _shadow_bets(self) -> None:
+        """Keep the calibration current whether or not consolidation acts: bet on the oldest
+        trajectory of up to _SHADOW_BETS old-version instances, as if it were moved now."""
+        if not self.dc.consolidate or self.pred is None or self.dc.widen_max <= 1:
+            return
+        now, prog, calib, n = self.now, self.prog, self.calib, 0
+        for ver in self.old.versions():
+            dl = self.deadline(ver, paced=True)
+            for inst in self.old.members(ver):
+                if n >= _SHADOW_BETS:
+                    return
+                if inst.active:
+                    tid = min(inst.active)
+                    if tid not in calib.open:
+                        calib.bet(tid, prog.generated(tid, now), self.remaining(tid, True, True) / self._c, dl)
+                        n += 1
 
     def after_finish(self, traj: int, inst: InstView, group_done: GroupView | None) -> None:
         t = self.view.trajs[traj]
         self.prog.finish(traj, t.tokens, self.now)
+        self.calib.settle(traj, t.tokens, self.now)
         if group_done is not None:
             self._tick(1)
         pred = self.pred
