@@ -341,7 +341,7 @@ class DoraPolicy(StreamingPolicy):
         if self.now < self._retry.get(ver, 0.0):
             return  # the last pass over this version found nothing to move: not again so soon
         old, share = self.old, self.dc.repartition_load
-        now, prog, widen = self.now, self.prog, self.dc.widen_max > 1
+        now, prog, widen = self.now, self.prog, self.dc.widen_max > 1 and self.pred is not None
         if widen:
             self._c = self.calib.factor(lambda t: prog.generated(t, now), now)
         dl = self.deadline(ver, paced=True)
