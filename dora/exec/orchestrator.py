@@ -221,8 +221,10 @@ class Orchestrator(Rollout, Training, Recovery, Collective, Body):
             self.saves = [(f, v) for f, v in self.saves if f is not ref]
             try:
                 ray.get(ref)
-            except self.dead_errors:
-                return  # the trainer died while saving: the previous checkpoint stands
+            except Exception as e:  # noqa: BLE001 - a rank died while saving (its actor, or a peer under rank 0's gather)
+                if isinstance(e, self.dead_errors) or self.restarting is not None or self._trainer_lost(e):
+                    return  # the previous checkpoint stands; the step in flight fails too and is redone from it
+                raise
             self.ckpt_version = max(self.ckpt_version, version)
             for v in [v for v in self.batches if v <= self.ckpt_version]:
                 del self.batches[v]  # a restart never goes back past this checkpoint
