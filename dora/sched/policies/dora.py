@@ -82,6 +82,7 @@ class DoraPolicy(StreamingPolicy):
         self._ready_at: dict[int, float] = {}  # instances loading the newest version -> predicted load end
         self.calib = RemainderCalibration(cap=dc.widen_max)  # how far consolidation's cautious remainders ran short
         self._c = 1.0  # its factor, as of the current consolidation pass
+        self._widen = dc.widen_max > 1 and self.pred is not None  # the calibration is kept and applied
 
     # ---- serving and placement --------------------------------------------------------------------
     def on_start(self) -> None:
@@ -341,7 +342,7 @@ class DoraPolicy(StreamingPolicy):
         if self.now < self._retry.get(ver, 0.0):
             return  # the last pass over this version found nothing to move: not again so soon
         old, share = self.old, self.dc.repartition_load
-        now, prog, widen = self.now, self.prog, self.dc.widen_max > 1 and self.pred is not None
+        now, prog, widen = self.now, self.prog, self._widen
         if widen:
             self._c = self.calib.factor(lambda t: prog.generated(t, now), now)
         dl = self.deadline(ver, paced=True)
@@ -362,7 +363,7 @@ class DoraPolicy(StreamingPolicy):
                     residents = dst.load + len(src.active) - 1
                     for tid in list(src.active):
                         if widen:
-                            self.calib.bet(tid, prog.generated(tid, now), self.remaining(tid, True, True) / self._c, dl)
+                            self._bet(tid, dl)
                         self.move(tid, dst, residents)
                     self.load(src, latest)
                     return  # one per call: the next finish or publication looks again
@@ -444,9 +445,9 @@ class DoraPolicy(StreamingPolicy):
     def _shadow_bets(self) -> None:
         """Keep the calibration current whether or not consolidation acts: bet on the oldest
         trajectory of up to _SHADOW_BETS old-version instances, as if it were moved now."""
-        if not self.dc.consolidate or self.pred is None or self.dc.widen_max <= 1:
+        if not self.dc.consolidate or not self._widen:
             return
-        now, prog, calib, n = self.now, self.prog, self.calib, 0
+        calib, n = self.calib, 0
         for ver in self.old.versions():
             dl = self.deadline(ver, paced=True)
             for inst in self.old.members(ver):
@@ -455,8 +456,12 @@ class DoraPolicy(StreamingPolicy):
                 if inst.active:
                     tid = min(inst.active)
                     if tid not in calib.open:
-                        calib.bet(tid, prog.generated(tid, now), self.remaining(tid, True, True) / self._c, dl)
+                        self._bet(tid, dl)
                         n += 1
+
+    def _bet(self, traj: int, deadline: float) -> None:
+        """Record that `traj` makes at most its cautious remainder (unwidened) by `deadline`."""
+        self.calib.bet(traj, self.prog.generated(traj, self.now), self.remaining(traj, True, True) / self._c, deadline)
 
     def after_finish(self, traj: int, inst: InstView, group_done: GroupView | None) -> None:
         t = self.view.trajs[traj]
