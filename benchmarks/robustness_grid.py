@@ -37,10 +37,10 @@ go to *_quick paths; --only and --limit write the default paths (rerun the whole
 the cache, to rewrite them).
 
 Each run is (configuration, variant); its result is cached in --cache under a hash of the
-resolved SimConfig, the variant's policy, the trace file's bytes, the dora source that
-policy's run can depend on (`code_version`) and GRID_VERSION, so a rerun after a crash
-resumes (--fresh ignores the cache) and a change to one policy reruns only it. Runs
-go longest first (by B x G x steps) to --jobs processes.
+resolved SimConfig (without other policies' sections), the variant's policy, the trace file's
+bytes, the dora source that policy's run can depend on (`code_version`) and GRID_VERSION, so a
+rerun after a crash resumes (--fresh ignores the cache) and a change to one policy's file or
+--set overrides reruns only it. Runs go longest first (by B x G x steps) to --jobs processes.
 
 Outputs (temp file + rename): --csv, one row per configuration x variant (the configuration's
 axes, the variant, e2e_samples_per_s, bound_samples_per_s, C1-C3 counts, migrations, waste,
@@ -197,6 +197,7 @@ ABLATIONS: dict[str, list[str]] = {
     "predictor_none": ["policy.dora.predictor=none"],
     "balance_predicted": ["policy.dora.balance=predicted"],
     "max_regenerations_1": ["policy.dora.max_regenerations=1"],
+    "widen_off": ["policy.dora.widen_max=1"],
     "elastic_trainer_on": ["policy.dora.elastic_trainer=true"],
     "versions_per_instance_2": ["policy.dora.versions_per_instance=2"],
 }
@@ -530,6 +531,15 @@ def sim_config(argv: list[str]):
     return resolve_config(sim_parser().parse_args(argv))
 
 
+def own_sections(config: dict, policy: str) -> dict:
+    """The resolved config without the sections of other policies (a run reads only its own), so
+    a change to one policy's settings or defaults does not change the other policies' keys."""
+    from dora.sched.registry import POLICIES
+
+    sections = {k: v for k, v in config["policy"].items() if k not in POLICIES or k == policy}
+    return {**config, "policy": sections}
+
+
 def make_jobs(resolved: list[Resolved], variants: dict[str, tuple[str, tuple[str, ...]]], traces: Traces,
               notes: Notes) -> list[Job]:
     """Every (configuration, variant) run, checked as `python -m dora.sim` would before running it."""
@@ -549,8 +559,8 @@ def make_jobs(resolved: list[Resolved], variants: dict[str, tuple[str, tuple[str
                 codes[policy] = code_version(policy)
             extra = ["--policy", policy] + [x for s in sets for x in ("--set", s)]
             cfg = sim_config(r.argv + extra)
-            blob = json.dumps({"config": {**to_dict(cfg), "trace": traces.digest(r.trace)}, "policy": policy,
-                               "code": codes[policy]}, sort_keys=True, default=str)
+            blob = json.dumps({"config": {**own_sections(to_dict(cfg), policy), "trace": traces.digest(r.trace)},
+                               "policy": policy, "code": codes[policy]}, sort_keys=True, default=str)
             jobs.append(Job(r, variant, policy, cfg, hashlib.sha256(blob.encode()).hexdigest()[:24],
                             float(r.config.batch_size * r.steps * traces.load(r.trace).group_size),
                             f"{r.command} {shlex.join(extra)}"))

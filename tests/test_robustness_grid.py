@@ -248,3 +248,19 @@ def test_cache_key_covers_what_each_policy_runs(rg):
     assert "sched/policies/sync.py" in src["one_step"]  # one_step imports from sync
     assert not any(f.startswith("exec/") for files in src.values() for f in files)  # the executor: not simulated
     assert len({rg.code_version(p) for p in ("sync", "one_step", "partial", "laminar", "dora")}) == 5
+
+
+def test_cache_key_holds_only_the_runs_own_policy_section(rg):
+    """A setting of one policy (a --set override or its default) is in that policy's run keys only."""
+    from dora.config import to_dict
+    from dora.sim.cli import parser, resolve_config
+
+    def section(argv, policy):
+        cfg = resolve_config(parser().parse_args(["--trace", "traces/moe_longtail.parquet", "--policy", policy, *argv]))
+        return rg.own_sections(to_dict(cfg), policy)
+
+    flip = ["--set", "policy.dora.widen_max=1"]
+    assert section([], "laminar") == section(flip, "laminar")
+    assert section([], "dora") != section(flip, "dora")
+    assert set(section([], "laminar")["policy"]) == {"eta", "batch_size", "group_size", "laminar"}
+    assert "one_step" not in section([], "one_step")["policy"] and "sync" not in section([], "one_step")["policy"]

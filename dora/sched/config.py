@@ -55,7 +55,7 @@ class DoraConfig:
     spread_tails: bool = True  # a drained old-version instance hosts an at-risk tail of its version
     consolidate: bool = True  # when slots are short, pack old-version instances onto peers (no tail at risk)
     repartition_load: float = 0.5  # consolidate an old-version instance with at most this share of its slots busy
-    widen_max: float = 1.0  # consolidation's cautious remainders widened by how far late bets ran short, up to this (1: never)
+    widen_max: float = 1.5  # consolidation's cautious remainders widened by how far late bets ran short, up to this (1: never)
     migrate_kv: bool = True  # a migration ships the KV cache where that costs less than re-prefilling it
     predictor: Literal["history", "none"] = "history"  # remaining lengths: the run's own history, or as long again as run so far
     balance: Literal["slots", "predicted"] = "slots"  # dispatch: most free slots, or least predicted work per slot
