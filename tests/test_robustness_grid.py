@@ -253,10 +253,9 @@ def test_cache_key_covers_what_each_policy_runs(rg):
 def test_cache_key_holds_only_the_runs_own_policy_section(rg):
     """A setting of one policy (a --set override or its default) is in that policy's run keys only."""
     from dora.config import to_dict
-    from dora.sim.cli import parser, resolve_config
 
     def section(argv, policy):
-        cfg = resolve_config(parser().parse_args(["--trace", "traces/moe_longtail.parquet", "--policy", policy, *argv]))
+        cfg = rg.sim_config(["--trace", "traces/moe_longtail.parquet", "--policy", policy, *argv])
         return rg.own_sections(to_dict(cfg), policy)
 
     flip = ["--set", "policy.dora.widen_max=1"]

@@ -82,7 +82,7 @@ class DoraPolicy(StreamingPolicy):
         self._ready_at: dict[int, float] = {}  # instances loading the newest version -> predicted load end
         self.calib = RemainderCalibration(cap=dc.widen_max)  # how far consolidation's cautious remainders ran short
         self._c = 1.0  # its factor, as of the current consolidation pass
-        self._widen = dc.widen_max > 1 and self.pred is not None  # the calibration is kept and applied
+        self._widen = dc.consolidate and dc.widen_max > 1 and self.pred is not None  # the calibration is kept and applied
 
     # ---- serving and placement --------------------------------------------------------------------
     def on_start(self) -> None:
@@ -240,13 +240,13 @@ class DoraPolicy(StreamingPolicy):
         v = self.view
         return self.pace.deadline(version, self.now, v.trainer_version, v.trainer_busy, paced)
 
-    def remaining(self, traj: int, cautious: bool = False, bound: bool = False) -> float:
+    def remaining(self, traj: int, cautious: bool = False, bound: bool = False, widen: bool = True) -> float:
         """Predicted tokens a running trajectory has still to make: the mean of the lengths seen
         beyond what it has made, or (`cautious`) their 90th percentile; without a history, as
         long again as it has run (a heavy tail's median residual), or (cautious) three times.
         `bound` (cautious, for a delay that must not make the trainer wait): with fewer than 10
         lengths seen beyond what it has made (no 90th percentile in them), the larger of the two;
-        times the factor by which such bounds have run short so far (`RemainderCalibration`)."""
+        (`widen`) times the factor by which such bounds have run short so far (`RemainderCalibration`)."""
         g = self.prog.generated(traj, self.now)
         pred = self.pred
         if pred is None:
@@ -257,7 +257,8 @@ class DoraPolicy(StreamingPolicy):
         rem = max(total - g, 1.0)
         if not bound:
             return rem
-        return (max(rem, 3.0 * g + 1.0) if seen < 10 else rem) * self._c
+        rem = max(rem, 3.0 * g + 1.0) if seen < 10 else rem
+        return rem * self._c if widen else rem
 
     def _tick(self, completed: int = 0) -> None:
         v = self.view
@@ -445,7 +446,7 @@ class DoraPolicy(StreamingPolicy):
     def _shadow_bets(self) -> None:
         """Keep the calibration current whether or not consolidation acts: bet on the oldest
         trajectory of up to _SHADOW_BETS old-version instances, as if it were moved now."""
-        if not self.dc.consolidate or not self._widen:
+        if not self._widen:
             return
         calib, n = self.calib, 0
         for ver in self.old.versions():
@@ -461,7 +462,7 @@ class DoraPolicy(StreamingPolicy):
 
     def _bet(self, traj: int, deadline: float) -> None:
         """Record that `traj` makes at most its cautious remainder (unwidened) by `deadline`."""
-        self.calib.bet(traj, self.prog.generated(traj, self.now), self.remaining(traj, True, True) / self._c, deadline)
+        self.calib.bet(traj, self.prog.generated(traj, self.now), self.remaining(traj, True, True, False), deadline)
 
     def after_finish(self, traj: int, inst: InstView, group_done: GroupView | None) -> None:
         t = self.view.trajs[traj]
