@@ -187,7 +187,7 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 BASELINES = ("sync", "one_step", "laminar", "laminar_norepack")  # dora must beat the best of these
 
-# --ablation: dora with one mechanism flipped from its default (dora/sched/config.py DoraConfig);
+# --ablation: dora with one mechanism flipped from its default (DoraConfig, dora/sched/policies/dora_config.py);
 # entries naming a key the config does not have (yet) are skipped with a note
 ABLATIONS: dict[str, list[str]] = {
     "spread_starts_off": ["policy.dora.spread_starts=false"],

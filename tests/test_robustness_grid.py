@@ -245,6 +245,10 @@ def test_cache_key_covers_what_each_policy_runs(rg):
                 f"sched/policies/{p}.py"} <= files
     assert {"sched/pace.py", "sched/predictor.py", "sched/progress.py"} <= src["dora"]
     assert not {"sched/pace.py", "sched/policies/dora.py"} & src["laminar"]
+    # a policy's defaults sit beside it, so a change to them reruns only that policy
+    configs = {p: {f for f in files if f.endswith("_config.py")} for p, files in src.items()}
+    assert configs == {"dora": {"sched/policies/dora_config.py"}, "laminar": {"sched/policies/laminar_config.py"},
+                       "one_step": {"sched/policies/sync_config.py"}}  # one_step builds on sync
     assert "sched/policies/sync.py" in src["one_step"]  # one_step imports from sync
     assert not any(f.startswith("exec/") for files in src.values() for f in files)  # the executor: not simulated
     assert len({rg.code_version(p) for p in ("sync", "one_step", "partial", "laminar", "dora")}) == 5

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from dora.errors import InputError, too_small
 from dora.exec.config import TaskConfig, TrainerConfig
 from dora.exec.faults import FaultConfig
-from dora.sched.config import PolicyConfig, SyncConfig
+from dora.sched.config import PolicyConfig
+from dora.sched.policies.sync_config import SyncConfig
 from dora.sched.registry import check_run
 
 

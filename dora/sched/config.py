@@ -1,77 +1,12 @@
-"""Policy configuration: the shared knobs (η, B, G) and the built-in policies' own sections."""
+"""Policy configuration: the knobs every policy shares (η, B, G) and its sections, one per policy
+that has knobs of its own (each defined beside its policy: `dora/sched/policies/<name>_config.py`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from dora.errors import InputError, too_small
-
-
-@dataclass
-class SyncConfig:
-    colocated: bool = True  # verl hybrid engine: rollout and training time-share all devices
-
-
-@dataclass
-class PartialConfig:
-    """AReaL: admission control + interrupt-on-new-version."""
-
-    max_concurrent_groups: int = 0  # AReaL max_concurrent_rollouts, in groups; 0 = decode slots / G
-    strict_staleness: bool = True  # wait rather than train a group beyond η (False: AReaL's own rule, breaks C3)
-
-    def validate(self) -> None:
-        if self.max_concurrent_groups < 0:
-            raise too_small("max_concurrent_groups", self.max_concurrent_groups, 0)
-
-
-@dataclass
-class LaminarConfig:
-    """Laminar: pull-when-drained weight refresh through relays, and repack of long tails."""
-
-    repack: bool = True
-    repack_occupancy: float = 0.25  # an instance below this share of its slots is under-occupied
-    repack_interval_s: float = 5.0  # how often the rollout manager checks for repack
-    repack_kv: bool = False  # repacked trajectories carry their KV (False: destination re-prefills)
-    repack_kv_fill: float = 1.0  # a destination may end with at most this share of its KV cache in use
-    repack_batch: int = 0  # a destination may end with at most this many sequences (0: its decode slots)
-
-    def validate(self) -> None:
-        if not 0 < self.repack_occupancy <= 1:
-            raise InputError(f"repack_occupancy: must be in (0, 1], got {self.repack_occupancy}")
-        if not 0 < self.repack_kv_fill <= 1:
-            raise InputError(f"repack_kv_fill: must be in (0, 1], got {self.repack_kv_fill}")
-        if self.repack_batch < 0:
-            raise too_small("repack_batch", self.repack_batch, 0, "(0: the decode slots)")
-        if self.repack_interval_s <= 0:
-            raise too_small("repack_interval_s", self.repack_interval_s, 0, above=True)
-
-
-@dataclass
-class DoraConfig:
-    """DORA: multi-version streaming, tails spread and consolidated with KV migration, cost-weighed."""
-
-    spread_starts: bool = True  # light load: new groups spread over the instances about to serve, within KV memory
-    spread_tails: bool = True  # a drained old-version instance hosts an at-risk tail of its version
-    consolidate: bool = True  # when slots are short, pack old-version instances onto peers (no tail at risk)
-    repartition_load: float = 0.5  # consolidate an old-version instance with at most this share of its slots busy
-    widen_max: float = 1.5  # consolidation's cautious remainders widened by how far late bets ran short, up to this (1: never)
-    migrate_kv: bool = True  # a migration ships the KV cache where that costs less than re-prefilling it
-    predictor: Literal["history", "none"] = "history"  # remaining lengths: the run's own history, or as long again as run so far
-    balance: Literal["slots", "predicted"] = "slots"  # dispatch: most free slots, or least predicted work per slot
-    versions_per_instance: int = 1
-    max_regenerations: int = 0  # stale aborts per group; after that the trainer waits for it
-    elastic_trainer: bool = False  # trainer devices generate while the trainer waits for data
-
-    def validate(self) -> None:
-        if not 0 <= self.repartition_load <= 1:
-            raise InputError(f"repartition_load: must be in [0, 1], got {self.repartition_load}")
-        if self.max_regenerations < 0:
-            raise too_small("max_regenerations", self.max_regenerations, 0)
-        if not self.widen_max >= 1:
-            raise too_small("widen_max", self.widen_max, 1)
-        if self.versions_per_instance < 1:
-            raise too_small("versions_per_instance", self.versions_per_instance, 1)
 
 
 @dataclass

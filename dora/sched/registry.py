@@ -16,12 +16,16 @@ from __future__ import annotations
 from typing import Any
 
 from dora.errors import InputError, too_small
-from dora.sched.config import DoraConfig, LaminarConfig, PartialConfig, PolicyConfig, SyncConfig
+from dora.sched.config import PolicyConfig
 from dora.sched.policies.dora import DoraPolicy
+from dora.sched.policies.dora_config import DoraConfig
 from dora.sched.policies.laminar import LaminarPolicy
+from dora.sched.policies.laminar_config import LaminarConfig
 from dora.sched.policies.one_step import OneStepPolicy
 from dora.sched.policies.partial import PartialPolicy
+from dora.sched.policies.partial_config import PartialConfig
 from dora.sched.policies.sync import SyncPolicy
+from dora.sched.policies.sync_config import SyncConfig
 
 POLICIES: dict[str, Any] = {}  # name -> Policy subclass, in registration order
 

@@ -154,3 +154,15 @@ def test_the_executor_runs_it(sixth, tiny_model_dir, tmp_path):
     assert res.policy == sixth and res.config["policy"]["eager"] is False
     assert m["steps"] == 2 and m["trained_samples"] == 2 * 2 * 4
     assert m["c1_violations"] == m["c2_lost"] == m["c2_duplicated"] == m["c3_violations"] == 0
+
+
+def test_each_built_in_config_sits_beside_its_policy_uncompiled():
+    """`policy.<name>.*` defaults live in dora/sched/policies/<name>_config.py, a plain Python module
+    (mypyc would drop the `Literal` annotations the config loader reads)."""
+    import sys
+
+    for name in ("sync", "partial", "laminar", "dora"):
+        cls = PolicyConfig.SECTION_TYPES[name]
+        assert cls.__module__ == f"dora.sched.policies.{name}_config"
+        assert sys.modules[cls.__module__].__file__.endswith(f"{name}_config.py")
+    assert "one_step" not in PolicyConfig.SECTION_TYPES  # no knobs of its own

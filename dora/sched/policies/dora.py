@@ -50,6 +50,7 @@ from mypy_extensions import mypyc_attr
 
 from dora.sched.calibration import RemainderCalibration
 from dora.sched.config import PolicyConfig
+from dora.sched.policies.dora_config import DoraConfig
 from dora.sched.pace import TrainerPace
 from dora.sched.predictor import LengthPredictor
 from dora.sched.progress import Progress
@@ -69,7 +70,7 @@ class DoraPolicy(StreamingPolicy):
 
     def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__(cfg)
-        dc = cfg.dora
+        dc: DoraConfig = cfg.dora
         self.elastic = dc.elastic_trainer
         self.dc = dc
         self.vpi = dc.versions_per_instance

@@ -22,6 +22,7 @@ from __future__ import annotations
 from mypy_extensions import mypyc_attr
 
 from dora.sched.config import PolicyConfig
+from dora.sched.policies.laminar_config import LaminarConfig
 from dora.sched.state import GroupView, InstView
 from dora.sched.streaming import StreamingPolicy
 
@@ -32,7 +33,7 @@ class LaminarPolicy(StreamingPolicy):
 
     def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__(cfg)
-        lc = cfg.laminar
+        lc: LaminarConfig = cfg.laminar
         self.repack_on = lc.repack
         self.repack_occ = lc.repack_occupancy
         self.repack_interval = lc.repack_interval_s

@@ -24,6 +24,7 @@ from __future__ import annotations
 from mypy_extensions import mypyc_attr
 
 from dora.sched.config import PolicyConfig
+from dora.sched.policies.partial_config import PartialConfig
 from dora.sched.policy import Policy
 from dora.sched.state import GroupView, InstView
 
@@ -34,8 +35,9 @@ class PartialPolicy(Policy):
 
     def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__(cfg)
-        self.max_concurrent = cfg.partial.max_concurrent_groups
-        self.strict = cfg.partial.strict_staleness
+        pc: PartialConfig = cfg.partial
+        self.max_concurrent = pc.max_concurrent_groups
+        self.strict = pc.strict_staleness
         self._rr = 0
         self._loads: set[int] = set()  # instances still loading the newest version (submission paused)
         self._alive: list[InstView] = []  # alive instances by id (the round-robin order)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from mypy_extensions import mypyc_attr
 
 from dora.sched.config import PolicyConfig
+from dora.sched.policies.sync_config import SyncConfig
 from dora.sched.policy import Policy
 from dora.sched.state import GroupView, InstView
 
@@ -33,7 +34,8 @@ class SyncPolicy(Policy):
 
     def __init__(self, cfg: PolicyConfig) -> None:
         super().__init__(cfg)
-        self.placement = "colocated" if cfg.sync.colocated else "disaggregated"
+        sc: SyncConfig = cfg.sync
+        self.placement = "colocated" if sc.colocated else "disaggregated"
         self._waiting_loads = 0
         self._stranded: list[GroupView] = []  # groups that found no live instance
 
