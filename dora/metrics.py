@@ -83,7 +83,8 @@ def staleness(df: pd.DataFrame) -> np.ndarray:
     return tr["trainer_version"].to_numpy().astype(np.int64) - gen_ver
 
 
-def _fact(run: dict, key: str, low: int, where: str, why: str) -> int:
+def run_fact(run: dict, key: str, low: int, where: str, why: str) -> int:
+    """The run metadata's integer `key`, at least `low`; else InputError saying `why` it is needed."""
     v = run.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
         got = "missing" if v is None else f"{v!r}"
@@ -95,12 +96,12 @@ def _fact(run: dict, key: str, low: int, where: str, why: str) -> int:
 def run_facts(run: dict, where: str = "event log") -> tuple[int, int, int, bool]:
     """(eta, rollout_devices, trainer_devices, colocated) of a run, checked: C3 needs eta, the
     bubble ratios the device counts (a colocated run's trainer shares the rollout devices: 0)."""
-    eta = _fact(run, "eta", 0, where, "C3 (staleness <= eta) cannot be checked without it")
-    rollout = _fact(run, "rollout_devices", 1, where, "the bubble ratios are shares of the devices")
+    eta = run_fact(run, "eta", 0, where, "C3 (staleness <= eta) cannot be checked without it")
+    rollout = run_fact(run, "rollout_devices", 1, where, "the bubble ratios are shares of the devices")
     colocated = run.get("colocated", False)
     if not isinstance(colocated, bool):
         raise InputError(f"{where}: run metadata 'dora.run' has colocated {colocated!r}, not true/false")
-    trainer = _fact(run, "trainer_devices", 0 if colocated else 1, where, "the bubble ratios are shares of the devices")
+    trainer = run_fact(run, "trainer_devices", 0 if colocated else 1, where, "the bubble ratios are shares of the devices")
     return eta, rollout, trainer, colocated
 
 
@@ -173,7 +174,7 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
     train_bubble = _idle_share(useful_train + useful_elastic, train_cap)
 
     # C2
-    size = _fact(run, "group_size", 1, str(df.attrs.get("path", "event log")), "C2 counts groups of that size")
+    size = run_fact(run, "group_size", 1, str(df.attrs.get("path", "event log")), "C2 counts groups of that size")
     sampled = set(df["prompt_id"].to_numpy()[ev == "sample"].tolist())
     per_group = tr.groupby("prompt_id").agg(n=("trajectory", "size"), steps=("trainer_version", "nunique"))
     dup = per_group[(per_group["steps"] > 1) | (per_group["n"] > size)]

@@ -68,6 +68,7 @@ def make_family_inputs(d: Path) -> None:
                       "ev_nodevices": json.dumps({**run, "rollout_devices": 0}).encode(),
                       "ev_notrainer": json.dumps({**run, "trainer_devices": 0, "colocated": False}).encode(),
                       "ev_nogroup": json.dumps({k: v for k, v in run.items() if k != "group_size"}).encode(),
+                      "ev_noslots": json.dumps({k: v for k, v in run.items() if k != "max_seqs"}).encode(),
                       "ev_eta_text": json.dumps({**run, "eta": "two"}).encode()}.items():
         m = {k: v for k, v in meta.items() if k != b"dora.run"}
         if raw is not None:
@@ -362,6 +363,7 @@ _add(_r(PLOTS, "timeline --step 3 of two logs where only one has it", "step 3", 
         "--out", "OUT/t.png", "--step", "3"))
 for extra, what, needle in [
     (("bubbles", "IN/ev_nodevices.parquet"), "bubbles of a log with 0 devices", "rollout_devices"),
+    (("slots", "IN/ev_noslots.parquet"), "slots of a log without max_seqs", "max_seqs"),
     (("staleness", "IN/text.parquet"), "staleness of a text file", "readable parquet"),
     (("sweep", "IN/table.csv", "--y", "nope"), "sweep --y of a column the table lacks", "nope"),
     (("sweep", "IN/not_utf8.yaml"), "sweep of a YAML file", "table"),

@@ -1,9 +1,9 @@
 """Plots from the event log (matplotlib figures on their own Agg canvas; no pyplot, no torch):
-timeline, bubble ratios, staleness, trace lengths and sweeps. Each plotting function returns a
+timeline, bubble ratios, slot use, staleness, trace lengths and sweeps. Each plotting function returns a
 Figure; `save(fig, path)` writes it (PNG/SVG/PDF by suffix).
 
 From the command line:
-  python -m dora.plots {timeline,bubbles,staleness,lengths,sweep,perfetto} INPUT... --out OUT
+  python -m dora.plots {timeline,bubbles,slots,staleness,lengths,sweep,perfetto} INPUT... --out OUT
 """
 
 from pathlib import Path
@@ -11,6 +11,7 @@ from pathlib import Path
 from dora.analysis import BUBBLE_PARTS, bubble_breakdown, label_runs, segments, staleness
 from dora.plots.bubbles import bubble_table, bubbles
 from dora.plots.lengths import length_cdf
+from dora.plots.slots import slot_table, slots
 from dora.plots.staleness_plot import staleness_hist
 from dora.plots.style import check_output, save
 from dora.plots.sweep import read_sweep, sweep_plot
@@ -39,4 +40,4 @@ def plot_runs(logs, out) -> list[Path]:
 
 
 __all__ = ["BUBBLE_PARTS", "check_output", "bubble_breakdown", "bubble_table", "bubbles", "length_cdf", "plot_run", "plot_runs",
-           "read_sweep", "save", "segments", "staleness", "staleness_hist", "sweep_plot", "timeline"]
+           "read_sweep", "save", "segments", "slot_table", "slots", "staleness", "staleness_hist", "sweep_plot", "timeline"]

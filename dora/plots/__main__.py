@@ -6,6 +6,7 @@ Examples:
   python -m dora.plots timeline /tmp/ev.dora.parquet --window 100 300 --out zoom.png
   python -m dora.plots timeline /tmp/ev.sync.parquet /tmp/ev.dora.parquet --step 3 --out step3.png
   python -m dora.plots bubbles /tmp/ev.sync.parquet /tmp/ev.dora.parquet --out bubbles.png
+  python -m dora.plots slots /tmp/ev.sync.parquet /tmp/ev.dora.parquet --out slots.png
   python -m dora.plots staleness /tmp/ev.*.parquet --out staleness.png
   python -m dora.plots lengths traces/moe_longtail.parquet --out lengths.png
   python -m dora.plots sweep runs_*.json --x cluster.instances --out sweep.png
@@ -29,10 +30,11 @@ from dora.limits import check_memory
 def parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m dora.plots", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="kind", required=True, metavar="{timeline,bubbles,staleness,lengths,sweep,perfetto}")
+    sub = ap.add_subparsers(dest="kind", required=True, metavar="{timeline,bubbles,slots,staleness,lengths,sweep,perfetto}")
     helps = {
         "timeline": ("EVENTS.parquet", "instances x time, coloured by policy version"),
         "bubbles": ("EVENTS.parquet", "where the device-seconds go, one stacked bar per log"),
+        "slots": ("EVENTS.parquet", "where the decode slots go: instance-time by state and occupancy, one bar per log"),
         "staleness": ("EVENTS.parquet", "staleness histogram, one series per log"),
         "lengths": ("TRACE.parquet", "response-length CDF and tail of traces"),
         "sweep": ("TABLE", "throughput against a swept field (.parquet/.csv table or dora.sim --json files)"),
@@ -56,12 +58,19 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _logs(paths: list[str]) -> dict:
-    out = {}
+    """Label -> event log: the run's policy; where a policy repeats, every log of it also gets its
+    file's name (without the `.<policy>` that `--events X.parquet` adds to X: `dora (X)`)."""
+    read = []
     for p in paths:
         df = read_events(p)
         name = str(df.attrs.get("run", {}).get("policy") or Path(p).stem)
-        key = name if name not in out else f"{name} ({Path(p).stem})"
-        out[key] = df
+        stem = Path(p).stem.removesuffix(f".{name}") or Path(p).stem
+        read.append((name, stem, df))
+    names = [n for n, _, _ in read]
+    out = {}
+    for name, stem, df in read:
+        key = name if names.count(name) == 1 else f"{name} ({stem})"
+        out[key if key not in out else f"{key} #{len(out)}"] = df
     return out
 
 
@@ -92,13 +101,15 @@ def run(args: argparse.Namespace) -> list[Path]:
                 for name, df in logs.items()]
     if args.kind == "bubbles":
         return [plots.save(plots.bubbles(_logs(args.inputs), title=args.title), out)]
+    if args.kind == "slots":
+        return [plots.save(plots.slots(_logs(args.inputs), title=args.title), out)]
     if args.kind == "staleness":
         return [plots.save(plots.staleness_hist(_logs(args.inputs), title=args.title), out)]
     if args.kind == "lengths":
         return [plots.save(plots.length_cdf(args.inputs, title=args.title), out)]
     if args.kind == "sweep":
         return [plots.save(plots.sweep_plot(plots.read_sweep(args.inputs), x=args.x, y=args.y, title=args.title), out)]
-    raise InputError(f"unknown plot {args.kind!r}; choose timeline, bubbles, staleness, lengths, sweep or perfetto")
+    raise InputError(f"unknown plot {args.kind!r}; choose timeline, bubbles, slots, staleness, lengths, sweep or perfetto")
 
 
 def main(argv: list[str] | None = None) -> int:
