@@ -227,6 +227,43 @@ def bin_time(t0: np.ndarray, t1: np.ndarray, key: np.ndarray, n_keys: int, edges
     return out
 
 
+class InstanceTimelines:
+    """Counters per rollout instance over time, built from spans (+d at t0, -d at t1); `sweep` cuts
+    every instance's timeline at each span's ends: its elementary intervals."""
+
+    def __init__(self, counters: int) -> None:
+        self.k = counters
+        self.rows: list[np.ndarray] = []  # (instance, t, one delta per counter)
+
+    def add(self, inst, t, col: int, d: float) -> None:
+        """`d` added to counter `col` of each `inst` at its time `t` (arrays of one length, or scalars)."""
+        t = np.asarray(t, float)
+        block = np.zeros((len(t), 2 + self.k))
+        block[:, 0], block[:, 1], block[:, 2 + col] = inst, t, d
+        self.rows.append(block)
+
+    def span(self, inst, t0, t1, col: int, d: float = 1.0) -> None:
+        """Counter `col` of each `inst` raised by `d` over [t0, t1)."""
+        self.add(inst, t0, col, d)
+        self.add(inst, t1, col, -d)
+
+    def sweep(self, n_inst: int, t_end: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(instance, counters, dt) per interval start, over [0, t_end] for instances 0..n_inst-1 (an
+        instance with no spans is one interval at all-zero counters): the counters from that time
+        on, and the seconds until the instance's next cut (0 at its last)."""
+        insts = np.arange(n_inst, dtype=float)
+        self.add(insts, np.zeros(n_inst), 0, 0.0)
+        self.add(insts, np.full(n_inst, t_end), 0, 0.0)
+        a = np.concatenate(self.rows)
+        a[:, 1] = np.clip(a[:, 1], 0.0, t_end)
+        a = a[np.lexsort((a[:, 1], a[:, 0]))]
+        cnt = np.round(np.cumsum(a[:, 2:], axis=0), 6)  # every instance's deltas sum to zero: a global cumsum works
+        dt = np.zeros(len(a))
+        same = a[1:, 0] == a[:-1, 0]
+        dt[:-1] = np.where(same, a[1:, 1] - a[:-1, 1], 0.0)
+        return a[:, 0], cnt, dt
+
+
 BUBBLE_PARTS = ("useful", "empty_slots", "untrained_work", "weight_loading", "waiting_for_trainer", "idle",
                 "trainer_waiting", "down")
 BUBBLE_LABELS = {
@@ -280,41 +317,20 @@ def bubble_breakdown(df: pd.DataFrame, run: dict | None = None) -> dict:
 
     # elementary intervals per instance: counters of open segments, loads, failures, trainer activity
     ld, dn = loads(df), downtime(df)
-    rows = []  # (instance, t, d_seg, d_load, d_down, d_train, d_pub)
-    z = np.zeros
-
-    def add(inst, t, col, d):
-        m = len(t)
-        block = z((m, 7))
-        block[:, 0], block[:, 1], block[:, 2 + col] = inst, t, d
-        rows.append(block)
-
+    tl = InstanceTimelines(5)  # open segments, loads, failures, training, publishing
     si = seg["instance"].to_numpy()
-    add(si, seg["t0"].to_numpy(), 0, 1.0)
-    add(si, seg["t1"].to_numpy(), 0, -1.0)
-    add(ld["instance"].to_numpy(), ld["t0"].to_numpy(), 1, 1.0)
-    add(ld["instance"].to_numpy(), ld["t1"].to_numpy(), 1, -1.0)
-    add(dn["instance"].to_numpy(), dn["t0"].to_numpy(), 2, 1.0)
-    add(dn["instance"].to_numpy(), dn["t1"].to_numpy(), 2, -1.0)
+    tl.span(si, seg["t0"].to_numpy(), seg["t1"].to_numpy(), 0)
+    tl.span(ld["instance"].to_numpy(), ld["t0"].to_numpy(), ld["t1"].to_numpy(), 1)
+    tl.span(dn["instance"].to_numpy(), dn["t0"].to_numpy(), dn["t1"].to_numpy(), 2)
     n_inst = max(n_inst, int(seg["instance"].to_numpy().max(initial=-1)) + 1,
                  int(ld["instance"].to_numpy().max(initial=-1)) + 1)
     insts = np.arange(n_inst, dtype=float)
     for t0, t1, col in ((steps["t0"], steps["t1"], 3), (steps["t1"], steps["t_pub"], 4)):
         t0, t1 = np.asarray(t0, float), np.asarray(t1, float)
-        add(np.repeat(insts, len(t0)), np.tile(t0, n_inst), col, 1.0)
-        add(np.repeat(insts, len(t1)), np.tile(t1, n_inst), col, -1.0)
-    add(insts, np.zeros(n_inst), 0, 0.0)
-    add(insts, np.full(n_inst, t_end), 0, 0.0)
-    a = np.concatenate(rows)
-    a[:, 1] = np.clip(a[:, 1], 0.0, t_end)
-    a = a[np.lexsort((a[:, 1], a[:, 0]))]
-    cnt = np.cumsum(a[:, 2:], axis=0)  # every instance's deltas sum to zero, so a global cumsum works
-    cnt = np.round(cnt, 6)
-    dt = np.zeros(len(a))
-    same = a[1:, 0] == a[:-1, 0]
-    dt[:-1] = np.where(same, a[1:, 1] - a[:-1, 1], 0.0)
+        tl.span(np.repeat(insts, len(t0)), np.tile(t0, n_inst), np.tile(t1, n_inst), col)
+    inst, cnt, dt = tl.sweep(n_inst, t_end)
     # elastic instances run on the trainer's devices: their time is the trainer's, not the rollout's
-    el = np.isin(a[:, 0], np.asarray(list(run.get("elastic_instances", [])), dtype=float))
+    el = np.isin(inst, np.asarray(list(run.get("elastic_instances", [])), dtype=float))
     down = cnt[:, 2] > 0
     loading = ~down & (cnt[:, 1] > 0)
     occupied = ~down & ~loading & (cnt[:, 0] > 0)

@@ -21,16 +21,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dora.analysis import check_log, downtime, event_names, loads, run_end, segments, tool_calls
+from dora.analysis import InstanceTimelines, check_log, downtime, event_names, loads, run_end, segments, tool_calls
 from dora.metrics import run_fact
 
 STATES = ("newest", "older", "loading", "empty", "down")
 
 
-def _superseded(t0: np.ndarray, t1: np.ndarray, version: np.ndarray, pub: dict[int, float]) -> np.ndarray:
+def _superseded(t0: np.ndarray, t1: np.ndarray, version: np.ndarray, pub_t: np.ndarray) -> np.ndarray:
     """Per interval [t0, t1] of a trajectory of `version`: when its version stops being the newest
-    (the publication of version + 1; never: t1), clipped to the interval."""
-    nxt = np.array([pub.get(int(v) + 1, np.inf) for v in version], dtype=float)
+    (the publication of version + 1, `pub_t[version + 1]`; never: t1), clipped to the interval."""
+    nxt = pub_t[np.clip(version.astype(np.int64) + 1, 0, len(pub_t) - 1)]
     return np.clip(nxt, t0, t1)
 
 
@@ -45,45 +45,24 @@ def slot_use(df: pd.DataFrame, run: dict | None = None) -> pd.DataFrame:
     max_seqs = run_fact(run, "max_seqs", 1, "event log", why)
     t_end = run_end(df)
     ev = event_names(df)
-    pub: dict[int, float] = {}
-    for v, t in zip(df["version"].to_numpy()[ev == "publish"], df["t_s"].to_numpy()[ev == "publish"]):
-        pub.setdefault(int(v), float(t))
+    pv = df["version"].to_numpy()[ev == "publish"].astype(np.int64)
+    pt = df["t_s"].to_numpy()[ev == "publish"]
+    pub_t = np.full(int(pv.max(initial=0)) + 2, np.inf)  # publication time by version (last slot: never)
+    order = np.argsort(-pt)  # the first publication of a version wins
+    pub_t[pv[order]] = pt[order]
 
-    # deltas per instance: (instance, t, d_new, d_old, d_load, d_down)
-    blocks = []
-
-    def add(inst, t, col, d):
-        b = np.zeros((len(t), 6))
-        b[:, 0], b[:, 1], b[:, 2 + col] = inst, t, d
-        blocks.append(b)
-
-    def held(inst, t0, t1, version, sign):
-        cut = _superseded(t0, t1, version, pub)
-        add(inst, t0, 0, sign)  # newest from the start ...
-        add(inst, cut, 0, -sign)  # ... until its version is superseded
-        add(inst, cut, 1, sign)  # older from then ...
-        add(inst, t1, 1, -sign)  # ... to the end
-
+    tl = InstanceTimelines(4)  # held of the newest version, held of an older one, loads, failures
     seg, _ = segments(df)
-    tc = tool_calls(df)
-    for frame, sign in ((seg, 1.0), (tc, -1.0)):
-        held(frame["instance"].to_numpy(), frame["t0"].to_numpy(float), frame["t1"].to_numpy(float),
-             frame["version"].to_numpy(), sign)
+    for frame, d in ((seg, 1.0), (tool_calls(df), -1.0)):  # a tool call frees its decode slot
+        inst, t0, t1 = frame["instance"].to_numpy(), frame["t0"].to_numpy(float), frame["t1"].to_numpy(float)
+        cut = _superseded(t0, t1, frame["version"].to_numpy(), pub_t)
+        tl.span(inst, t0, cut, 0, d)  # newest until its version is superseded, older after
+        tl.span(inst, cut, t1, 1, d)
     for frame, col in ((loads(df), 2), (downtime(df), 3)):
-        add(frame["instance"].to_numpy(), frame["t0"].to_numpy(float), col, 1.0)
-        add(frame["instance"].to_numpy(), frame["t1"].to_numpy(float), col, -1.0)
-    insts = np.arange(n_inst, dtype=float)
-    add(insts, np.zeros(n_inst), 0, 0.0)
-    add(insts, np.full(n_inst, t_end), 0, 0.0)
-    a = np.concatenate(blocks)
-    a[:, 1] = np.clip(a[:, 1], 0.0, t_end)
+        tl.span(frame["instance"].to_numpy(), frame["t0"].to_numpy(float), frame["t1"].to_numpy(float), col)
+    inst, cnt, dt = tl.sweep(n_inst, t_end)
     elastic = np.asarray(list(run.get("elastic_instances", [])), dtype=float)
-    a = a[(a[:, 0] < n_inst) & ~np.isin(a[:, 0], elastic)]
-    a = a[np.lexsort((a[:, 1], a[:, 0]))]
-    cnt = np.round(np.cumsum(a[:, 2:], axis=0), 6)  # each instance's deltas sum to zero
-    dt = np.zeros(len(a))
-    same = a[1:, 0] == a[:-1, 0]
-    dt[:-1] = np.where(same, a[1:, 1] - a[:-1, 1], 0.0)
+    dt = np.where((inst < n_inst) & ~np.isin(inst, elastic), dt, 0.0)  # rollout instances only
     n_new, n_old = np.maximum(cnt[:, 0], 0.0), np.maximum(cnt[:, 1], 0.0)
     down = cnt[:, 3] > 0
     loading = ~down & (cnt[:, 2] > 0)
