@@ -1,11 +1,12 @@
 #!/bin/bash
 # The GPU runs behind docs/executor_results.md (GPU, hf backend):
-#   [STEPS=24] [PYTHON=python3] [SET='--set KEY=VALUE ...'] benchmarks/exec_gpu.sh DIR [POLICY ...]
+#   [STEPS=24] [SEEDS='0 1'] [PYTHON=python3] [SET='--set KEY=VALUE ...'] benchmarks/exec_gpu.sh DIR [POLICY ...]
 # For a machine with one GPU and no vLLM or Ray (hence --backend hf --local): builds the tiny model
 # (DIR/tiny: 4 layers x 256, warm-started 400 steps on the CPU, ~8 min on 2 cores; build it anywhere and copy
 # it to DIR/tiny to save GPU time) if absent, then for each policy (default: sync dora) a calibration run
 # (seed 0, DIR/calib) and a fresh run (seed 1, DIR/fresh): 2 engines, B = 16 x G = 8, eta = 2, 128 slots,
-# answers up to 400 tokens, plus $SET (e.g. SET='--set trainer.bf16=false'). Each run writes --json,
+# answers up to 400 tokens, plus $SET (e.g. SET='--set trainer.bf16=false'). SEEDS=0 runs the calibration runs only
+# (SEEDS=0, then SEEDS=1 in a second call: every policy's seed 0 first). Each run writes --json,
 # --events, --trace-out and its profile; DIR/runs.tar.gz packs every run so far (not the model) after
 # each one, and DIR/env.txt says what ran it.
 # Then, anywhere (no GPU needed), the simulator calibrated on the seed-0 runs predicts the seed-1 runs:
@@ -26,7 +27,7 @@ cat "$dir/env.txt"
 [ -f "$dir/tiny/config.json" ] || $py -m dora.exec.tiny_model --out "$dir/tiny" --hidden-size 256 --layers 4 \
   --heads 4 --kv-heads 2 --intermediate-size 1024 --warm-start-steps 400 > "$dir/tiny.log" 2>&1
 for p in $policies; do
-  for s in 0 1; do
+  for s in ${SEEDS:-0 1}; do
     d=$([ $s = 0 ] && echo calib || echo fresh)
     mkdir -p "$dir/$d"
     echo "$(date -u +%T) $p $d"

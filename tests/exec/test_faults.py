@@ -209,21 +209,26 @@ def test_trainer_killed_while_idle_catching_up_a_replacement(tiny_model_dir, tmp
     back while the trainer waits for data (the trainer is idle most of this run), and the trainer
     dies as it sends the replacement the newest version. The replacement waits for the next
     publication; the next step's start finds the trainer dead and a new one redoes that step from
-    the checkpoint."""
-    cfg = _config(tiny_model_dir, tmp_path, "local", {"kill_instance_at_step": 2, "kill_instance": 0,
-                                                      "restart_instances": True, "kill_trainer_at_step": 1,
-                                                      "kill_trainer_during": "catch_up"}, checkpoint_every=1)
-    res = _run(cfg)
-    _guarantees(cfg, res)
-    df = res.events
-    ends = _rows(df, "weight_sync_end")
-    cut = ends[ends["detail"].str.contains("the trainer died")]
-    assert len(cut) == 1, "the replacement came back while the trainer was busy: no catch-up broadcast to cut"
+    the checkpoint. Whether the replacement is up while the trainer is idle depends on the host's
+    speed (a slow host can have the trainer busy then, and the version goes with the next
+    publication instead): up to three runs, each keeping C1-C3, one of which must hit the case."""
+    for attempt in range(3):
+        cfg = _config(tiny_model_dir, tmp_path / f"run{attempt}", "local",
+                      {"kill_instance_at_step": 2, "kill_instance": 0, "restart_instances": True,
+                       "kill_trainer_at_step": 1, "kill_trainer_during": "catch_up"}, checkpoint_every=1)
+        res = _run(cfg)
+        _guarantees(cfg, res)
+        df = res.events
+        assert sorted(_rows(df, "publish")["version"].tolist()) == list(range(1, STEPS + 1))
+        ends = _rows(df, "weight_sync_end")
+        cut = ends[ends["detail"].str.contains("the trainer died")]
+        if len(cut):
+            break
+    assert len(cut) == 1, "in 3 runs the replacement always came back while the trainer was busy"
     assert int(cut["tokens"].iloc[0]) == 0 and "instances [0]" in cut["detail"].iloc[0]
     assert len(_rows(df, "trainer_restart")) == 1
     rec = _rows(df, "recover")
     assert list(rec["instance"]) == [0] and float(rec["t_s"].iloc[0]) > float(cut["t_s"].iloc[0])
-    assert sorted(_rows(df, "publish")["version"].tolist()) == list(range(1, STEPS + 1))
 
 
 def test_catch_up_kill_needs_a_replacement_over_collective_sync(tmp_path):
