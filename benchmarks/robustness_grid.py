@@ -203,10 +203,11 @@ ABLATIONS: dict[str, list[str]] = {
 }
 
 METRICS = ("e2e_samples_per_s", "bound_samples_per_s", "bound_fraction", "eta_bound_samples_per_s",
-           "eta_bound_fraction", "c1_violations", "c2_lost", "c2_duplicated", "c3_violations", "migrations",
-           "waste_ratio", "staleness_mean", "staleness_max", "bubble_ratio", "step_time_mean_s", "steps",
-           "trained_samples", "sim_wall_s")
-OPTIONAL_METRICS = ("eta_bound_samples_per_s", "eta_bound_fraction")  # columns only when the metrics have them
+           "eta_bound_fraction", "eta_bound_placement_fraction", "c1_violations", "c2_lost", "c2_duplicated",
+           "c3_violations", "migrations", "waste_ratio", "staleness_mean", "staleness_max", "bubble_ratio",
+           "step_time_mean_s", "steps", "trained_samples", "sim_wall_s")
+OPTIONAL_METRICS = ("eta_bound_samples_per_s", "eta_bound_fraction",
+                    "eta_bound_placement_fraction")  # columns only when the metrics have them
 
 
 @dataclass(frozen=True)
@@ -717,9 +718,9 @@ def summarize(tab: pd.DataFrame, commands: dict[str, str] | None = None) -> pd.D
         out["dora_vs_partial_areal"] = out["dora_samples_per_s"] / e2e["partial_areal"]
         out["partial_areal_c3_violations"] = tab[tab["variant"] == "partial_areal"].groupby("config")[
             "c3_violations"].sum().reindex(out.index)
-    if "eta_bound_fraction" in tab:
-        out["dora_eta_bound_fraction"] = tab[tab["variant"] == "dora"].groupby("config")[
-            "eta_bound_fraction"].mean().reindex(out.index)
+    for col in ("eta_bound_fraction", "eta_bound_placement_fraction"):
+        if col in tab:
+            out[f"dora_{col}"] = tab[tab["variant"] == "dora"].groupby("config")[col].mean().reindex(out.index)
     dora = tab[tab["variant"] == "dora"].groupby("config")[
         ["c1_violations", "c2_lost", "c2_duplicated", "c3_violations"]].sum().reindex(out.index)
     out["dora_c1_ok"] = dora["c1_violations"] == 0
@@ -757,6 +758,10 @@ def summary_text(summ: pd.DataFrame) -> str:
     if "dora_eta_bound_fraction" in summ:
         f = summ["dora_eta_bound_fraction"].dropna()
         lines.append(f"dora / eta-aware bound: median {f.median():.3f}, min {f.min():.3f}, max {f.max():.3f}")
+    if "dora_eta_bound_placement_fraction" in summ:
+        f = summ["dora_eta_bound_placement_fraction"].dropna()
+        lines.append(f"dora / eta-aware bound of its placement (the trainer's devices only train): median "
+                     f"{f.median():.3f}, min {f.min():.3f}, max {f.max():.3f}")
     held = summ[["dora_c1_ok", "dora_c2_ok", "dora_c3_ok"]].all(axis=1)
     lines.append(f"dora held C1-C3 on {held.sum()}/{len(held)} configurations"
                  + ("" if held.all() else ": not on " + ", ".join(summ.loc[~held, "config"])))

@@ -16,6 +16,7 @@ _FORMATS = {
     "c2_duplicated": "{}", "c3_violations": "{}", "migrations": "{:,}", "reprefill_tokens": "{:,}",
     "weight_loads": "{:,}", "trained_samples": "{:,}", "steps": "{}", "bound_samples_per_s": "{:.3f}",
     "bound_fraction": "{:.1%}", "eta_bound_samples_per_s": "{:.3f}", "eta_bound_fraction": "{:.1%}",
+    "eta_bound_placement_samples_per_s": "{:.3f}", "eta_bound_placement_fraction": "{:.1%}",
     "speedup_vs_sync": "{:.2f}x", "sim_time_s": "{:,.0f}", "sim_wall_s": "{:.1f}", "events": "{:,}",
     "reward_final": "{:.3f}", "wall_s": "{:.1f}", "instance_failures": "{:,}", "instances_failed": "{:,}",
     "weight_syncs": "{:,}", "weight_sync_s_mean": "{:.3f}", "weight_sync_bytes": "{:,}",

@@ -106,7 +106,8 @@ def read_sweep(paths) -> pd.DataFrame:
 def guess_x(tab: pd.DataFrame, y: str) -> str:
     """The swept column: the one non-metric column that varies (InputError naming the candidates if not one)."""
     skip = set(METRIC_NAMES) | {"policy", "source", y, "speedup_vs_sync", "bound_samples_per_s", "bound_fraction",
-                                "eta_bound_samples_per_s", "eta_bound_fraction", "sim_wall_s", "events", "sim_time_s"}
+                                "eta_bound_samples_per_s", "eta_bound_fraction", "eta_bound_placement_samples_per_s",
+                                "eta_bound_placement_fraction", "sim_wall_s", "events", "sim_time_s"}
     skip |= set(tab.attrs.get("metrics", []))
     # a swept column takes several values among the runs of one policy (not just between policies)
     pol = tab["policy"].astype(str) if "policy" in tab.columns else pd.Series("", index=tab.index)

@@ -135,7 +135,11 @@ def eta_bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devic
     """Upper bound on e2e_samples_per_s of an N-step run under staleness η (docs/eta_bound.md).
 
     slowdowns: per instance as simulate() draws them (MoE imbalance x stragglers): the `instances`
-    rollout instances, then the trainer_devices // devices_per_instance the trainer's devices hold."""
+    rollout instances, then the trainer_devices // devices_per_instance the trainer's devices hold.
+    Besides the bound for any schedule (the better of the disaggregated placement, with an elastic
+    trainer's instances, and the colocated one), the bound of each placement on its own:
+    `eta_bound_rollout_only` (disaggregated, the trainer's devices only train), `eta_bound_disaggregated`
+    (their instances generating while it waits), `eta_bound_colocated`."""
     B, N, G, n = batch_size, steps, trace.group_size, trace.num_groups
     on_trainer = trainer_devices // devices_per_instance
     f = np.asarray(slowdowns[: instances + on_trainer], dtype=np.float64)
@@ -144,7 +148,9 @@ def eta_bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devic
     P = trace.prompt_len.reshape(n, G).astype(np.float64)
     # per trace group: slowest sample alone, decode work, trained tokens
     calls, wait, tool = _turn_terms(trace, (n, G))
+    f_min_r = float(f[:instances].min())  # the fastest rollout instance (no trainer devices generating)
     tail = _tail_s(L, P, cost, f_min, calls, wait, tool).max(axis=1)
+    tail_r = tail if f_min_r == f_min else _tail_s(L, P, cost, f_min_r, calls, wait, tool).max(axis=1)
     work = _work_s(L, P, cost, max_seqs, calls, tool).sum(axis=1)
     tokens = (L + P).sum(axis=1)
 
@@ -165,9 +171,10 @@ def eta_bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devic
     tok_step_min, tok_step_max = float(tok_sorted[:B].sum()), float(tok_sorted[-B:].sum())  # one step's batch
     W = least(work[rows], max(N - 1 - eta, 0) * B, block >= 1)  # rollout work inside [P_1, P_N]
     block_tail = tail[rows[forced]].reshape(-1, B).max(axis=1)
+    block_tail_r = tail_r[rows[forced]].reshape(-1, B).max(axis=1)
     host = cost.host_factor(instances + on_trainer + 1)  # a shared host slows a trainer step by at most this
 
-    def train_tail(devices: int, publish: float, load: float) -> tuple[float, float]:
+    def train_tail(devices: int, publish: float, load: float, tails: np.ndarray) -> tuple[float, float]:
         """(sum of the N-1 gaps' train + publish, a lower bound on P_N - P_1 from it and the tails)."""
         def step(tokens: float) -> float:
             return cost.train_base_s + cost.train_device_s_per_token * tokens / devices
@@ -176,21 +183,26 @@ def eta_bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devic
         x_min = step(tok_step_min) + publish  # one gap's train + publish at least
         x_max = step(tok_step_max) * host + publish  # ... and at most
         gap = 2 * eta + 1
-        by_sum = trained + _spaced_max(np.maximum(load + block_tail - eta * x_max, 0.0), gap)
-        by_min = (N - 1) * x_min + _spaced_max(np.maximum(load + block_tail - eta * x_min, 0.0), gap)
+        by_sum = trained + _spaced_max(np.maximum(load + tails - eta * x_max, 0.0), gap)
+        by_min = (N - 1) * x_min + _spaced_max(np.maximum(load + tails - eta * x_min, 0.0), gap)
         return trained, max(by_sum, by_min)
 
     # disaggregated: trainer devices apart; instances on them (elastic) generate only while it waits
     R_r, R_t = float((1.0 / f[:instances]).sum()), float((1.0 / f[instances:]).sum())
-    trained_d, tt_d = train_tail(trainer_devices, cost.publish_s, min(cost.weight_load_s, cost.colocated_reshard_s))
+    trained_d, tt_d = train_tail(trainer_devices, cost.publish_s, min(cost.weight_load_s, cost.colocated_reshard_s),
+                                 block_tail)
     straddle = (N - 1) * on_trainer * (cost.weights_s(max_seqs) + cost.decode_per_seq_s * max_seqs
                                        + cost.decode_per_ctx_token_s * kv_tokens)
     cap_d = max(W, W - straddle + R_t * trained_d) / (R_r + R_t)
     # colocated: every device generates, then trains (no publication; a reshard before generating)
     all_devices = (instances + on_trainer) * devices_per_instance
-    trained_c, tt_c = train_tail(all_devices, 0.0, cost.colocated_reshard_s)
+    trained_c, tt_c = train_tail(all_devices, 0.0, cost.colocated_reshard_s, block_tail)
     cap_c = W / (R_r + R_t) + trained_c
-    T_d, T_c = max(tt_d, cap_d), max(tt_c, cap_c)
+    # disaggregated, the trainer's devices only train: the rollout instances alone generate, and each
+    # loads a new version by weight_load_s at least (no on-device reshard)
+    _, tt_r = train_tail(trainer_devices, cost.publish_s, cost.weight_load_s, block_tail_r)
+    cap_r = W / R_r
+    T_d, T_c, T_r = max(tt_d, cap_d), max(tt_c, cap_c), max(tt_r, cap_r)
     samples = (N - 1) * B * G
 
     def rate(T: float) -> float:
@@ -199,4 +211,6 @@ def eta_bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devic
     return {"eta_bound_samples_per_s": rate(min(T_d, T_c)), "eta_bound_disaggregated": rate(T_d),
             "eta_bound_colocated": rate(T_c), "eta_T_trainer_tail_disaggregated_s": tt_d,
             "eta_T_capacity_disaggregated_s": cap_d, "eta_T_trainer_tail_colocated_s": tt_c,
-            "eta_T_capacity_colocated_s": cap_c, "eta_rollout_work_s": W, "eta_f_min": f_min}
+            "eta_T_capacity_colocated_s": cap_c, "eta_bound_rollout_only": rate(T_r),
+            "eta_T_trainer_tail_rollout_only_s": tt_r, "eta_T_capacity_rollout_only_s": cap_r,
+            "eta_rollout_work_s": W, "eta_f_min": f_min}
