@@ -5,9 +5,11 @@
       --out docs/results/exec_gpu_<name>.json
 
 Reads D/env.txt (the machine), every D/calib/<policy>.json (seed 0) and D/fresh/<policy>.json
-(seed 1) with its event log D/<seed dir>/ev.<policy>.parquet, and writes {machine, command, runs:
-[{policy, seed_dir, config, metrics, weight_sync_ms}]} (weight_sync_ms: median and max of the
-collective broadcasts from the log's weight_sync_start/end rows). The table printed has one row per
+(seed 1) with its event log D/<seed dir>/ev.<policy>.parquet and recorded trajectories
+rec.<policy>.parquet, and writes {machine, command, runs: [{policy, seed_dir, config, metrics,
+weight_sync_ms, answers}]} (weight_sync_ms: median and max of the collective broadcasts from the
+log's weight_sync_start/end rows; answers: the mean answer length and its relative standard error
+over the run's prompts). The table printed has one row per
 policy, seed 0 / seed 1 side by side.
 """
 
@@ -37,8 +39,20 @@ def collect(root: Path) -> list[dict]:
             dur = (ws["t1"] - ws["t0"]).to_numpy() * 1e3 if ws is not None else np.zeros(0)
             sync_ms = {"median": float(np.median(dur)), "max": float(dur.max()), "n": int(len(dur))} if len(dur) else None
             runs.append({"policy": run["policy"], "seed_dir": d, "config": run["config"],
-                         "metrics": run["metrics"], "weight_sync_ms": sync_ms})
+                         "metrics": run["metrics"], "weight_sync_ms": sync_ms,
+                         "answers": answers(root / d / f"rec.{run['policy']}.parquet")})
     return runs
+
+
+def answers(rec: Path) -> dict | None:
+    """Mean answer length of a run's recorded trajectories (--trace-out) and its standard error
+    over the run's prompts (from the prompts' group means: a group's samples share a prompt)."""
+    if not rec.exists():
+        return None
+    r = pd.read_parquet(rec, columns=["prompt_id", "response_len"])
+    g = r.groupby("prompt_id")["response_len"].mean()
+    se = float(g.std() / np.sqrt(len(g)) / g.mean()) if len(g) > 1 else float("nan")
+    return {"mean": float(r["response_len"].mean()), "prompts": int(len(g)), "se_rel": se}
 
 
 def table(runs: list[dict]) -> str:
@@ -51,10 +65,11 @@ def table(runs: list[dict]) -> str:
         return " / ".join(f(by[(p, d)], d) for d in SEED_DIRS if (p, d) in by)
 
     lines = ["| policy | e2e samples/s seed 0 / 1 | × sync | step time s | bubble | staleness mean / max | "
-             "migrations (re-prefilled tokens) | weight sync ms median, max | c1 c2 c3 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "migrations (re-prefilled tokens) | weight sync ms median, max | c1 c2 c3 | mean answer (s.e.) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for p in order:
         m = lambda r: r["metrics"]  # noqa: E731
+        a = lambda r: r["answers"] or {"mean": float("nan"), "se_rel": float("nan")}  # noqa: E731
         lines.append("| " + " | ".join([
             p,
             both(p, lambda r, d: f"{m(r)['e2e_samples_per_s']:.1f}"),
@@ -67,6 +82,7 @@ def table(runs: list[dict]) -> str:
                  f"{r['weight_sync_ms']['median']:.0f}, {r['weight_sync_ms']['max']:.0f}"),
             both(p, lambda r, d: f"{m(r)['c1_violations']} {m(r)['c2_lost'] + m(r)['c2_duplicated']} "
                                  f"{m(r)['c3_violations']}"),
+            both(p, lambda r, d: f"{a(r)['mean']:.1f} ({a(r)['se_rel']:.1%})"),
         ]) + " |")
     return "\n".join(lines)
 

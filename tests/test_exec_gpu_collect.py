@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
+
 from dora.body import weight_sync_row
 from dora.eventlog import EventLog, write_events
 from tests.conftest import REPO, load_benchmark
@@ -30,6 +32,9 @@ def _folder(tmp_path):
                     weight_sync_row(log, t0, "weight_sync_start", v)
                     weight_sync_row(log, t1, "weight_sync_end", v, nbytes=16, dur_s=t1 - t0)
             write_events(log.to_frame(), tmp_path / d / f"ev.{p}.parquet")
+    # sync's seed-0 trajectories: prompt 0 answers 10 and 20 (mean 15), prompt 1 answers 30 and 50 (mean 40)
+    pd.DataFrame({"prompt_id": [0, 0, 1, 1], "response_len": [10, 20, 30, 50]}).to_parquet(
+        tmp_path / "calib" / "rec.sync.parquet")
     (tmp_path / "env.txt").write_text("a date\nNVIDIA H100\n")
 
 
@@ -42,9 +47,14 @@ def test_runs_and_table_by_hand(tmp_path):
     dora = by[("dora", "calib")]["weight_sync_ms"]
     assert dora["n"] == 2 and abs(dora["median"] - 60.0) < 1e-6 and abs(dora["max"] - 100.0) < 1e-6
     assert by[("sync", "calib")]["weight_sync_ms"] is None
+    # mean 27.5 over the 4 answers; group means 15 and 40: s.e. = std(15, 40) / sqrt(2) / 27.5 = 12.5 / 27.5
+    ans = by[("sync", "calib")]["answers"]
+    assert ans["mean"] == 27.5 and ans["prompts"] == 2 and abs(ans["se_rel"] - 12.5 / 27.5) < 1e-12
+    assert by[("dora", "calib")]["answers"] is None  # no recorded trajectories
     rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in bench.table(runs).splitlines()[2:]}
     assert rows["sync"][1] == "40.0 / 50.0" and rows["sync"][2] == "1.00 / 1.00"
     assert rows["dora"][1] == "60.0" and rows["dora"][2] == "1.50" and rows["dora"][7] == "60, 100"
+    assert rows["sync"][9].startswith("27.5 (45.5%) / nan")
 
 
 def test_writes_json_and_refuses_a_folder_without_runs(tmp_path):
