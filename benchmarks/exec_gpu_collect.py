@@ -35,13 +35,20 @@ def collect(root: Path) -> list[dict]:
         for p in sorted((root / d).glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name)):
             run = json.loads(p.read_text())["runs"][0]
             ev = root / d / f"ev.{run['policy']}.parquet"
-            ws = weight_syncs(pd.read_parquet(ev)) if ev.exists() else None
-            dur = (ws["t1"] - ws["t0"]).to_numpy() * 1e3 if ws is not None else np.zeros(0)
-            sync_ms = {"median": float(np.median(dur)), "max": float(dur.max()), "n": int(len(dur))} if len(dur) else None
             runs.append({"policy": run["policy"], "seed_dir": d, "config": run["config"],
-                         "metrics": run["metrics"], "weight_sync_ms": sync_ms,
+                         "metrics": run["metrics"], "weight_sync_ms": sync_ms(root / d / f"ev.{run['policy']}.parquet"),
                          "answers": answers(root / d / f"rec.{run['policy']}.parquet")})
     return runs
+
+
+def sync_ms(ev: Path) -> dict | None:
+    """Median and max milliseconds of a run's collective weight syncs (its event log's
+    weight_sync_start/end rows, `dora.analysis.weight_syncs`); None without a log or a sync."""
+    if not ev.exists():
+        return None
+    ws = weight_syncs(pd.read_parquet(ev))
+    dur = (ws["t1"] - ws["t0"]).to_numpy() * 1e3
+    return {"median": float(np.median(dur)), "max": float(dur.max()), "n": int(len(dur))} if len(dur) else None
 
 
 def answers(rec: Path) -> dict | None:
@@ -56,7 +63,8 @@ def answers(rec: Path) -> dict | None:
 
 
 def table(runs: list[dict]) -> str:
-    """Markdown: policy | e2e samples/s | step time | bubble | staleness | migrations | sync ms | c1 c2 c3."""
+    """Markdown: policy | e2e samples/s | × sync | step time | bubble | staleness | migrations | sync ms |
+    c1 c2 c3 | mean answer."""
     order = list(dict.fromkeys(r["policy"] for r in runs))
     by = {(r["policy"], r["seed_dir"]): r for r in runs}
     sync = {d: by[("sync", d)]["metrics"]["e2e_samples_per_s"] for d in SEED_DIRS if ("sync", d) in by}
@@ -64,12 +72,16 @@ def table(runs: list[dict]) -> str:
     def both(p: str, f) -> str:
         return " / ".join(f(by[(p, d)], d) for d in SEED_DIRS if (p, d) in by)
 
+    def m(r: dict) -> dict:
+        return r["metrics"]
+
+    def a(r: dict) -> dict:
+        return r["answers"] or {"mean": float("nan"), "se_rel": float("nan")}
+
     lines = ["| policy | e2e samples/s seed 0 / 1 | × sync | step time s | bubble | staleness mean / max | "
              "migrations (re-prefilled tokens) | weight sync ms median, max | c1 c2 c3 | mean answer (s.e.) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for p in order:
-        m = lambda r: r["metrics"]  # noqa: E731
-        a = lambda r: r["answers"] or {"mean": float("nan"), "se_rel": float("nan")}  # noqa: E731
         lines.append("| " + " | ".join([
             p,
             both(p, lambda r, d: f"{m(r)['e2e_samples_per_s']:.1f}"),

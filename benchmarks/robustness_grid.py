@@ -755,13 +755,12 @@ def summary_text(summ: pd.DataFrame) -> str:
         c3 = summ["partial_areal_c3_violations"]
         lines.append(f"dora / partial_areal (AReaL's own rule, no C3 wait): median {a.median():.3f}, below 1 on "
                      f"{(a < 1).sum()}/{len(a)}; it broke C3 on {(c3 > 0).sum()}/{len(c3)} configurations")
-    if "dora_eta_bound_fraction" in summ:
-        f = summ["dora_eta_bound_fraction"].dropna()
-        lines.append(f"dora / eta-aware bound: median {f.median():.3f}, min {f.min():.3f}, max {f.max():.3f}")
-    if "dora_eta_bound_placement_fraction" in summ:
-        f = summ["dora_eta_bound_placement_fraction"].dropna()
-        lines.append(f"dora / eta-aware bound of its placement (the trainer's devices only train): median "
-                     f"{f.median():.3f}, min {f.min():.3f}, max {f.max():.3f}")
+    for col, what in (("dora_eta_bound_fraction", "eta-aware bound"),
+                      ("dora_eta_bound_placement_fraction",
+                       "eta-aware bound of its placement (the trainer's devices only train)")):
+        if col in summ:
+            f = summ[col].dropna()
+            lines.append(f"dora / {what}: median {f.median():.3f}, min {f.min():.3f}, max {f.max():.3f}")
     held = summ[["dora_c1_ok", "dora_c2_ok", "dora_c3_ok"]].all(axis=1)
     lines.append(f"dora held C1-C3 on {held.sum()}/{len(held)} configurations"
                  + ("" if held.all() else ": not on " + ", ".join(summ.loc[~held, "config"])))
