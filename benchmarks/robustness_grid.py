@@ -192,6 +192,7 @@ BASELINES = ("sync", "one_step", "laminar", "laminar_norepack")  # dora must bea
 ABLATIONS: dict[str, list[str]] = {
     "spread_starts_off": ["policy.dora.spread_starts=false"],
     "spread_tails_off": ["policy.dora.spread_tails=false"],
+    "host_drained_only": ["policy.dora.host_max=1"],  # (the default today: a row of 1.000 until host_max's default is above 1)
     "consolidate_off": ["policy.dora.consolidate=false"],
     "migrate_kv_off": ["policy.dora.migrate_kv=false"],
     "predictor_none": ["policy.dora.predictor=none"],

@@ -186,7 +186,7 @@ for key, value, needle in [
     ("cost.weight_load_s", ".inf", "weight_load_s"), ("cost.decode_base_s", ".nan", "decode_base_s"),
     ("policy.eta", "1e400", "eta"), ("steps", "2.5", "steps"), ("steps", "[2]", "steps"), ("seed", "{}", "seed"),
     ("cluster", "null", "cluster"), ("policy.dora.repartition_load", ".nan", "repartition_load"),
-    ("policy.dora.widen_max", "0.5", "widen_max"),
+    ("policy.dora.widen_max", "0.5", "widen_max"), ("policy.dora.host_max", "0", "host_max"),
     ("cost.host_cores", "1e-100", "host_cores"), ("cost.decode_base_s", "1e300", "decode_base_s"),
     ("faults.straggler_slowdown", "1e300", "straggler_slowdown"), ("imbalance.redraw_s", "1e-9", "memory"),
 ]:

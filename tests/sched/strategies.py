@@ -99,7 +99,8 @@ def _policy_knobs(draw, policy: str) -> dict:
     if policy == "dora":
         return {"dora": {"versions_per_instance": draw(st.integers(1, 3)),
                          "migrate_kv": draw(st.booleans()),
-                         "spread_tails": draw(st.booleans()), "consolidate": draw(st.booleans()),
+                         "spread_tails": draw(st.booleans()), "host_max": draw(st.sampled_from([1, 2, 8, 64])),
+                         "consolidate": draw(st.booleans()),
                          "balance": draw(st.sampled_from(["slots", "predicted"])),
                          "repartition_load": draw(st.sampled_from([0.0, 0.5, 1.0])),
                          "predictor": draw(st.sampled_from(["history", "none"])),

@@ -14,7 +14,8 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
   loads the newest version or, when the newest version has slots enough for every group
   the staleness cap admits (more slots would stand idle), hosts the at-risk trajectory of
   its version that is predicted to finish last: alone on an instance a long-tail trajectory
-  decodes several times faster than in a full batch (`spread_tails`).
+  decodes several times faster than in a full batch (`spread_tails`); with `host_max` > 1 so
+  may an old-version instance running a few trajectories, when that ends the later of them sooner.
 - Every migration ships the KV cache where that costs fewer sequence-seconds than
   re-prefilling it on the destination (`DecodeCost.kv_pays`; never with `migrate_kv` off or when
   the body cannot move KV: `ClusterStarted.kv_migration`).
@@ -294,17 +295,37 @@ class DoraPolicy(StreamingPolicy):
             self._repartition_version(ver, latest)
 
     def _repartition_version(self, ver: int, latest: int) -> None:
-        drained = self.old.buckets[ver].get(0)  # old.bucket(ver, 0), inlined (called on most finishes)
+        buckets = self.old.buckets[ver]
+        drained = buckets.get(0)  # old.bucket(ver, 0), inlined (called on most finishes)
         if drained:
             for inst in sorted(drained.values(), key=lambda i: i.id):
                 if not self._host_tail(ver, inst):
                     self.load(inst, latest)  # drained: switch now
+        if self.dc.host_max > 1 and self.dc.spread_tails and not self.capacity_needed():
+            self._host_more(ver, buckets)
         if self.dc.consolidate and self.data_bound() and self.capacity_needed():
             self._consolidate(ver, latest)
 
+    def _host_more(self, ver: int, buckets: dict[int, dict[int, InstView]]) -> None:
+        """Instances of `ver` with fewer than `host_max` trajectories, least busy first (at most
+        _SOURCES_LOOKED_AT of them, in index order), offer to host one more of its tails; the first that
+        does stops."""
+        looked = 0
+        for load in range(1, self.dc.host_max):
+            hosts = buckets.get(load)
+            if not hosts:
+                continue
+            for inst in hosts.values():
+                if looked >= _SOURCES_LOOKED_AT:
+                    return
+                looked += 1
+                if inst.settled() and self._host_tail(ver, inst):
+                    return
+
     def _host_tail(self, ver: int, host: InstView) -> bool:
-        """Move to the drained `host` the at-risk trajectory of `ver` predicted to finish last,
-        if it finishes earlier there; only while the newest version needs no more slots."""
+        """Move to `host` (drained, or running fewer than `host_max` trajectories) the at-risk
+        trajectory of `ver` predicted to finish last, if the later of it and the host's own, slowed
+        by it, finishes at least 5% earlier; only while the newest version needs no more slots."""
         if not self.dc.spread_tails or self.capacity_needed():
             return False
         now, prog, old = self.now, self.prog, self.old
@@ -318,7 +339,7 @@ class DoraPolicy(StreamingPolicy):
                 if looked >= _SOURCES_LOOKED_AT:
                     break
                 looked += 1
-                if not src.settled():
+                if src is host or not src.settled():
                     continue
                 tid = max(src.active, key=lambda t: (prog.generated(t, now), -t))
                 rem = self.remaining(tid)
@@ -329,6 +350,8 @@ class DoraPolicy(StreamingPolicy):
                 cost = self.view.cost
                 move = cost.kv_move_s(ctx) if self._kv(tid, host, 0) else cost.reprefill_s(ctx, prog.f[host.id])
                 there = now + move + prog.time_left(tid, rem, now, host.id, 1, ctx)
+                for r in host.active:  # the host's own trajectories, slowed by it
+                    there = max(there, now + prog.time_left(r, self.remaining(r), now, -1, 1, ctx))
                 if fin - there > 0.05 * (fin - now):
                     best, best_fin = tid, fin
         if best < 0:

@@ -16,6 +16,7 @@ class DoraConfig:
 
     spread_starts: bool = True  # light load: new groups spread over the instances about to serve, within KV memory
     spread_tails: bool = True  # a drained old-version instance hosts an at-risk tail of its version
+    host_max: int = 1  # spread_tails: so may one with fewer than this many trajectories (1: drained ones only)
     consolidate: bool = True  # when slots are short, pack old-version instances onto peers (no tail at risk)
     repartition_load: float = 0.5  # consolidate an old-version instance with at most this share of its slots busy
     widen_max: float = 1.5  # consolidation's cautious remainders widened by how far late bets ran short, up to this (1: never)
@@ -29,6 +30,8 @@ class DoraConfig:
     def validate(self) -> None:
         if not 0 <= self.repartition_load <= 1:
             raise InputError(f"repartition_load: must be in [0, 1], got {self.repartition_load}")
+        if self.host_max < 1:
+            raise too_small("host_max", self.host_max, 1)
         if self.max_regenerations < 0:
             raise too_small("max_regenerations", self.max_regenerations, 0)
         if not self.widen_max >= 1:
