@@ -34,10 +34,10 @@ def collect(root: Path) -> list[dict]:
     for d in SEED_DIRS:
         for p in sorted((root / d).glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name)):
             run = json.loads(p.read_text())["runs"][0]
-            ev = root / d / f"ev.{run['policy']}.parquet"
-            runs.append({"policy": run["policy"], "seed_dir": d, "config": run["config"],
-                         "metrics": run["metrics"], "weight_sync_ms": sync_ms(root / d / f"ev.{run['policy']}.parquet"),
-                         "answers": answers(root / d / f"rec.{run['policy']}.parquet")})
+            pol = run["policy"]
+            runs.append({"policy": pol, "seed_dir": d, "config": run["config"], "metrics": run["metrics"],
+                         "weight_sync_ms": sync_ms(root / d / f"ev.{pol}.parquet"),
+                         "answers": answers(root / d / f"rec.{pol}.parquet")})
     return runs
 
 
