@@ -15,6 +15,7 @@ An update costs O(1).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from dora.sched.costs import DecodeCost
 
@@ -127,6 +128,24 @@ class Progress:
         if iid < 0:
             return 0.0
         return self.g0[traj] + self.clock[iid] + self._steps(iid, now) - self.k0[traj]
+
+    def most_made(self, trajs: Iterable[int], now: float) -> int:
+        """Of `trajs` (ids; iteration order), the one that has made the most tokens, ties to the
+        lowest id: `max(trajs, key=lambda t: (generated(t, now), -t))` with each instance's
+        clock read once (the same sums, so the same floats); -1 if empty."""
+        best, best_g = -1, 0.0
+        at, clock, steps = -2, 0.0, 0.0
+        for t in trajs:
+            iid = self.inst[t]
+            if iid < 0:
+                g = 0.0
+            else:
+                if iid != at:
+                    at, clock, steps = iid, self.clock[iid], self._steps(iid, now)
+                g = self.g0[t] + clock + steps - self.k0[t]
+            if best < 0 or g > best_g or (g == best_g and t < best):
+                best, best_g = t, g
+        return best
 
     def context(self, iid: int, now: float) -> float:
         """Context tokens held by the instance's running trajectories at `now`."""

@@ -51,3 +51,23 @@ def test_leave_returns_tokens_and_finish_learns_the_speed():
     p.finish(1, 100, 300.0)  # the clock counted 200 steps, it made 100: twice as slow as modelled
     assert p.f[1] == pytest.approx(math.exp(0.3 * (100 / 256) * math.log(2.0)))  # LEARN 0.3 × 100/256
     assert p.f[0] == 1.0
+
+
+def test_most_made_is_the_max_over_generated():
+    p = _prog()
+    p.join(0, 0, 10, 0.0, 0.0)
+    p.join(1, 0, 10, 0.0, 3.0)  # joins 2 steps later (alone: 1.5 s a step)
+    p.join(2, 0, 10, 2.0, 3.0)  # migrated in with 2 tokens: level with trajectory 0
+    p.join(3, 1, 10, 50.0, 0.0)  # on another instance
+    # from 3 s three run at 2.5 s a step: at 8 s, 2 steps more: 0 and 2 have made 4, 1 has made 2
+    assert p.generated(0, 8.0) == p.generated(2, 8.0) == 4.0
+    assert p.generated(1, 8.0) == 2.0
+    assert p.most_made({2: None, 0: None, 1: None}, 8.0) == 0  # a tie goes to the lowest id
+    assert p.most_made({2: None, 1: None}, 8.0) == 2
+    assert p.most_made({1: None, 3: None}, 8.0) == 3  # 50 carried in
+    p.leave(3, 8.0)
+    assert p.most_made({3: None}, 9.0) == 3  # not running: 0 made, still the only one
+    assert p.most_made({}, 8.0) == -1
+    for now in (3.5, 7.0, 11.25):
+        trajs = [2, 0, 1]
+        assert p.most_made(trajs, now) == max(trajs, key=lambda t: (p.generated(t, now), -t))

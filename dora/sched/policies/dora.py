@@ -311,6 +311,7 @@ class DoraPolicy(StreamingPolicy):
         _SOURCES_LOOKED_AT of them, in index order), offer to host one more of its tails; the first that
         does stops."""
         looked = 0
+        tails: dict[int, tuple[int, float, float, float]] = {}  # per source, shared by the hosts asked
         for load in range(1, self.dc.host_max):
             hosts = buckets.get(load)
             if not hosts:
@@ -319,13 +320,16 @@ class DoraPolicy(StreamingPolicy):
                 if looked >= _SOURCES_LOOKED_AT:
                     return
                 looked += 1
-                if inst.settled() and self._host_tail(ver, inst):
+                if inst.settled() and self._host_tail(ver, inst, tails):
                     return
 
-    def _host_tail(self, ver: int, host: InstView) -> bool:
+    def _host_tail(self, ver: int, host: InstView,
+                   tails: dict[int, tuple[int, float, float, float]] | None = None) -> bool:
         """Move to `host` (drained, or running fewer than `host_max` trajectories) the at-risk
         trajectory of `ver` predicted to finish last, if the later of it and the host's own, slowed
-        by it, finishes at least 5% earlier; only while the newest version needs no more slots."""
+        by it, finishes at least 5% earlier; only while the newest version needs no more slots.
+        `tails`: each source's candidate (trajectory, remainder, predicted finish, context; -1 if
+        the source is unsettled), kept across the hosts of one pass (nothing changes in between)."""
         if not self.dc.spread_tails or self.capacity_needed():
             return False
         now, prog, old = self.now, self.prog, self.old
@@ -339,14 +343,22 @@ class DoraPolicy(StreamingPolicy):
                 if looked >= _SOURCES_LOOKED_AT:
                     break
                 looked += 1
-                if src is host or not src.settled():
+                if src is host:
                     continue
-                tid = max(src.active, key=lambda t: (prog.generated(t, now), -t))
-                rem = self.remaining(tid)
-                fin = now + prog.time_left(tid, rem, now)
-                if fin <= dl or fin <= best_fin:
+                cand = tails.get(src.id) if tails is not None else None
+                if cand is None:
+                    if src.settled():
+                        tid = prog.most_made(src.active, now)
+                        rem = self.remaining(tid)
+                        cand = (tid, rem, now + prog.time_left(tid, rem, now),
+                                prog.plen[tid] + prog.generated(tid, now))
+                    else:
+                        cand = (-1, 0.0, 0.0, 0.0)
+                    if tails is not None:
+                        tails[src.id] = cand
+                tid, rem, fin, ctx = cand
+                if tid < 0 or fin <= dl or fin <= best_fin:
                     continue
-                ctx = prog.plen[tid] + prog.generated(tid, now)
                 cost = self.view.cost
                 move = cost.kv_move_s(ctx) if self._kv(tid, host, 0) else cost.reprefill_s(ctx, prog.f[host.id])
                 there = now + move + prog.time_left(tid, rem, now, host.id, 1, ctx)

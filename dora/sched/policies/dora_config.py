@@ -16,7 +16,7 @@ class DoraConfig:
 
     spread_starts: bool = True  # light load: new groups spread over the instances about to serve, within KV memory
     spread_tails: bool = True  # a drained old-version instance hosts an at-risk tail of its version
-    host_max: int = 1  # spread_tails: so may one with fewer than this many trajectories (1: drained ones only)
+    host_max: int = 8  # spread_tails: so may one with fewer than this many trajectories (1: drained ones only)
     consolidate: bool = True  # when slots are short, pack old-version instances onto peers (no tail at risk)
     repartition_load: float = 0.5  # consolidate an old-version instance with at most this share of its slots busy
     widen_max: float = 1.5  # consolidation's cautious remainders widened by how far late bets ran short, up to this (1: never)
