@@ -328,10 +328,12 @@ class DoraPolicy(StreamingPolicy):
         """Move to `host` (drained, or running fewer than `host_max` trajectories) the at-risk
         trajectory of `ver` predicted to finish last, if the later of it and the host's own, slowed
         by it, finishes at least 5% earlier; only while the newest version needs no more slots.
-        `tails`: each source's candidate (trajectory, remainder, predicted finish, context; -1 if
-        the source is unsettled), kept across the hosts of one pass (nothing changes in between)."""
+        `tails`: each source's candidate (`_tail_of`), kept across the hosts of one pass (nothing
+        changes in between)."""
         if not self.dc.spread_tails or self.capacity_needed():
             return False
+        if tails is None:
+            tails = {}
         now, prog, old = self.now, self.prog, self.old
         dl = self.deadline(ver)
         best, best_fin = -1, 0.0
@@ -345,17 +347,9 @@ class DoraPolicy(StreamingPolicy):
                 looked += 1
                 if src is host:
                     continue
-                cand = tails.get(src.id) if tails is not None else None
+                cand = tails.get(src.id)
                 if cand is None:
-                    if src.settled():
-                        tid = prog.most_made(src.active, now)
-                        rem = self.remaining(tid)
-                        cand = (tid, rem, now + prog.time_left(tid, rem, now),
-                                prog.plen[tid] + prog.generated(tid, now))
-                    else:
-                        cand = (-1, 0.0, 0.0, 0.0)
-                    if tails is not None:
-                        tails[src.id] = cand
+                    cand = tails[src.id] = self._tail_of(src)
                 tid, rem, fin, ctx = cand
                 if tid < 0 or fin <= dl or fin <= best_fin:
                     continue
@@ -370,6 +364,17 @@ class DoraPolicy(StreamingPolicy):
             return False
         self.move(best, host, 0)
         return True
+
+    def _tail_of(self, src: InstView) -> tuple[int, float, float, float]:
+        """`src`'s hosting candidate: the trajectory that has made the most tokens, its mean
+        remainder, its predicted finish where it runs and its context; trajectory -1 if a
+        trajectory is still in transit to `src`."""
+        if not src.settled():
+            return -1, 0.0, 0.0, 0.0
+        now, prog = self.now, self.prog
+        tid = prog.most_made(src.active, now)
+        rem = self.remaining(tid)
+        return tid, rem, now + prog.time_left(tid, rem, now), prog.plen[tid] + prog.generated(tid, now)
 
     def _consolidate(self, ver: int, latest: int) -> None:
         """Old-version instances with few trajectories (at most `repartition_load` of their slots),
