@@ -10,6 +10,7 @@ are simulated on). Candidates: the base config itself, then `--budget` random po
   eta                       0 .. --eta-max (default: the base eta)
   dora.repartition_load     0.25, 0.5, 0.75, 1.0
   dora.spread_tails         true, false
+  dora.host_max             1, 2, 4, 8
   dora.consolidate          true, false
   dora.max_regenerations    0, 1
   dora.versions_per_instance 1 .. --max-versions-per-instance (default 1: the executor's engines
@@ -41,6 +42,7 @@ from dora.trace import load_trace
 GRID = {
     "repartition_load": (0.25, 0.5, 0.75, 1.0),
     "spread_tails": (True, False),
+    "host_max": (1, 2, 4, 8),
     "consolidate": (True, False),
     "max_regenerations": (0, 1),
 }

@@ -17,6 +17,8 @@ def test_candidates_start_with_the_base_and_stay_in_bounds(small_trace):
     assert cands[0]["eta"] == base.policy.eta and cands[0]["consolidate"] == base.policy.dora.consolidate
     assert len(cands) == 21 and len({tuple(sorted(c.items())) for c in cands}) == 21
     assert all(0 <= c["eta"] <= 3 and 1 <= c["versions_per_instance"] <= 2 for c in cands)
+    assert cands[0]["host_max"] == base.policy.dora.host_max
+    assert {c["host_max"] for c in cands[1:]} <= {1, 2, 4, 8} and len({c["host_max"] for c in cands}) > 1
     assert candidates(base, 20, 3, 2, seed=1) == cands  # seeded
 
 
@@ -40,6 +42,7 @@ def test_cli_writes_a_policy_config_the_executor_loads(small_trace, tmp_path, ca
     data = yaml.safe_load(out.read_text())
     assert data["policy"]["eta"] == best["eta"] <= 3
     assert data["policy"]["dora"]["spread_tails"] == best["spread_tails"]
+    assert data["policy"]["dora"]["host_max"] == best["host_max"]
     assert rows["e2e_samples_per_s"].max() >= rows[rows["base"]]["e2e_samples_per_s"].iloc[0]
     from dora.exec.__main__ import parser as exec_parser
     from dora.exec.__main__ import resolve_config
