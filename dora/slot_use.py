@@ -14,6 +14,10 @@ A trajectory is held from its segment's start to its end (dispatch or migration 
 abort, migration out...), except while it waits on a tool call (its decode slot is free then,
 its KV kept). `occupancy` is the held trajectories over the instance's decode slots (`max_seqs`),
 averaged over the state's time. Elastic instances (on the trainer's devices) are left out.
+
+`in_flight`: why slots may stay empty on the policy's side: groups sampled and not yet trained,
+averaged over the run, against the (η + 1)·B that the staleness bound lets a policy have in flight
+(every policy here admits at most (latest version + η + 1)·B groups minus those trained).
 """
 
 from __future__ import annotations
@@ -77,3 +81,28 @@ def slot_use(df: pd.DataFrame, run: dict | None = None) -> pd.DataFrame:
         rows.append((name, s, s / total if total > 0 else 0.0, float((fill[m] * dt[m]).sum()) / s if s > 0 else 0.0))
     rows.append(("all", total, 1.0 if total > 0 else 0.0, float((fill * dt).sum()) / total if total > 0 else 0.0))
     return pd.DataFrame(rows, columns=["state", "instance_s", "share", "occupancy"]).set_index("state")
+
+
+def in_flight(df: pd.DataFrame, run: dict | None = None) -> dict:
+    """`groups`: groups sampled and not yet trained, averaged over [0, run end] (a group counts
+    from its `sample` row to the time its `train` rows are written; a regenerated group stays in
+    flight); `cap`: (η + 1)·B; `share`: groups / cap."""
+    check_log(df)
+    run = run if run is not None else df.attrs.get("run", {})
+    why = "groups in flight are compared with the (eta + 1) x B the staleness bound admits"
+    eta = run_fact(run, "eta", 0, "event log", why)
+    batch = run_fact(run, "batch_size", 1, "event log", why)
+    t_end = run_end(df)
+    ev = event_names(df)
+    t = df["t_s"].to_numpy(float)
+    started = t[ev == "sample"]
+    tr = ev == "train"
+    trained = pd.DataFrame({"t": t[tr], "g": df["prompt_id"].to_numpy()[tr]}).drop_duplicates()["t"].to_numpy(float)
+    times = np.concatenate([started, trained])
+    step = np.concatenate([np.ones(len(started)), -np.ones(len(trained))])
+    order = np.argsort(times, kind="stable")
+    times, level = np.minimum(times[order], t_end), np.cumsum(step[order])
+    spans = np.diff(np.append(times, t_end))
+    groups = float((level * spans).sum()) / t_end if t_end > 0 else 0.0
+    cap = (eta + 1) * batch
+    return {"groups": groups, "cap": cap, "share": groups / cap}

@@ -1,5 +1,6 @@
-"""dora.slot_use: rollout instance-time by state and slot occupancy, pinned by hand and checked on
-simulated runs; the `slots` plot from the command line."""
+"""dora.slot_use: rollout instance-time by state and slot occupancy, and groups in flight against
+the staleness cap, pinned by hand and checked on simulated runs; the `slots` plot from the
+command line."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dora.eventlog import EventLog, write_events
 from dora.plots import slot_table
 from dora.plots.__main__ import main as plots_main
 from dora.sim.run import simulate
-from dora.slot_use import STATES, slot_use
+from dora.slot_use import STATES, in_flight, slot_use
 from tests.conftest import small_config
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -60,6 +61,35 @@ def test_slot_use_refuses_a_log_without_run_facts():
         slot_use(df)
 
 
+def _flight_log():
+    """B = 1, eta = 1 (cap 2 groups), 10 s: groups sampled at 0, 2 and 6 s; the first trained at
+    5 s (two trajectory rows), the second at 8 s; the third still in flight at the end."""
+    log = EventLog({"policy": "hand", "instances": 1, "devices_per_instance": 1, "rollout_devices": 1,
+                    "trainer_devices": 1, "colocated": False, "max_seqs": 2, "eta": 1, "batch_size": 1,
+                    "group_size": 2, "body": "sim"})
+    for t, g in ((0.0, 0), (2.0, 1), (6.0, 2)):
+        log.add(t, "sample", prompt_id=g, tokens=2)
+    for t, g in ((5.0, 0), (8.0, 1)):
+        for k in range(2):
+            log.add(t, "train", -1, 2 * g + k, g, 0, trainer_version=g, tokens=3)
+    log.add(10.0, "run_end", trainer_version=2)
+    return log.to_frame()
+
+
+def test_in_flight_by_hand():
+    f = in_flight(_flight_log())
+    # 1 group over 0-2 s, 2 over 2-5, 1 over 5-6, 2 over 6-8, 1 over 8-10: 15 group-seconds in 10 s
+    assert f["groups"] == pytest.approx(1.5)
+    assert f["cap"] == 2 and f["share"] == pytest.approx(0.75)
+
+
+def test_in_flight_refuses_a_log_without_the_batch_size():
+    df = _flight_log()
+    df.attrs["run"] = {k: v for k, v in df.attrs["run"].items() if k != "batch_size"}
+    with pytest.raises(InputError, match="batch_size missing"):
+        in_flight(df)
+
+
 @pytest.fixture(scope="module")
 def logs(small_trace, small):
     cfg = small_config(str(small_trace), **{"steps": 4, "cluster.instances": 4, "policy.batch_size": 4})
@@ -77,6 +107,8 @@ def test_slot_use_accounts_for_every_instance_second(logs, policy):
     assert 0.0 <= s.loc["all", "occupancy"] <= 1.0
     if policy == "sync":  # a synchronous step finishes every trajectory before it publishes
         assert s.loc["older", "instance_s"] == pytest.approx(0.0, abs=1e-9)
+    f = in_flight(df)  # every policy admits at most (eta + 1) x B untrained groups
+    assert f["cap"] == (run["eta"] + 1) * run["batch_size"] and 0.0 < f["share"] <= 1.0
 
 
 def test_slots_plot_from_the_command_line(logs, tmp_path):
@@ -89,3 +121,4 @@ def test_slots_plot_from_the_command_line(logs, tmp_path):
     assert out.read_bytes()[:8] == PNG
     tab = slot_table(logs)
     assert list(tab["run"]) == ["sync", "laminar", "dora"]
+    assert ((tab["in_flight_share"] > 0) & (tab["in_flight_share"] <= 1)).all()

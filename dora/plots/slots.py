@@ -1,5 +1,6 @@
 """Where the decode slots go, per run: rollout instance-time by state (dora.slot_use), one
-horizontal stacked bar per run, each state's mean slot occupancy written on its segment."""
+horizontal stacked bar per run, each state's mean slot occupancy written on its segment, and at
+the right the run's slot occupancy and how full it kept the staleness bound's pipeline."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from matplotlib.patches import Patch
 
 from dora.analysis import label_runs
 from dora.plots.style import subplots
-from dora.slot_use import STATES, slot_use
+from dora.slot_use import STATES, in_flight, slot_use
 
 STATE_STYLE = {  # state -> (colour, label)
     "newest": ("#2ca02c", "holding the newest version"),
@@ -20,8 +21,8 @@ STATE_STYLE = {  # state -> (colour, label)
 
 
 def slot_table(logs) -> pd.DataFrame:
-    """One row per run: each state's share of rollout instance-time and its occupancy, and the
-    run's overall occupancy."""
+    """One row per run: each state's share of rollout instance-time and its occupancy, the run's
+    overall occupancy, and its groups in flight (mean, and share of the (η + 1)·B cap)."""
     rows = []
     for name, df in label_runs(logs):
         s = slot_use(df)
@@ -30,6 +31,8 @@ def slot_table(logs) -> pd.DataFrame:
             row[f"{st}_share"] = s.loc[st, "share"]
             row[f"{st}_occupancy"] = s.loc[st, "occupancy"]
         row["occupancy"] = s.loc["all", "occupancy"]
+        f = in_flight(df)
+        row["in_flight_groups"], row["in_flight_share"] = f["groups"], f["share"]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -51,12 +54,13 @@ def slots(logs, title: str | None = None):
             if wi >= 7 and s in ("newest", "older"):
                 ax.text(li + wi / 2, yi, f"{occ:.0%} full", ha="center", va="center", fontsize=8)
         left = [a + b for a, b in zip(left, w)]
-    for yi, occ in zip(y, tab["occupancy"]):
-        ax.text(101, yi, f"{occ:.0%}", ha="left", va="center", fontsize=9)
+    for yi, occ, fl in zip(y, tab["occupancy"], tab["in_flight_share"]):
+        ax.text(101, yi, f"{occ:.0%}  {fl:.0%}", ha="left", va="center", fontsize=9)
     ax.set_yticks(y)
     ax.set_yticklabels(tab["run"].tolist())
-    ax.set_xlim(0, 108)
-    ax.set_xlabel("share of rollout instance-time (%); right: decode slots held over the run")
+    ax.set_xlim(0, 114)
+    ax.set_xlabel("share of rollout instance-time (%); right: decode slots held over the run, then groups in "
+                  "flight over the (η+1)·B the staleness bound admits")
     runs = [d.attrs.get("run", {}) for _, d in label_runs(logs)]
     trace = {str(r.get("trace", "")) for r in runs} - {""}
     ax.set_title(title or ("Where the decode slots go" + (f" on {trace.pop()}" if len(trace) == 1 else "")),
