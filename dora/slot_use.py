@@ -31,6 +31,14 @@ from dora.metrics import run_fact
 STATES = ("newest", "older", "loading", "empty", "down")
 
 
+def _facts(df: pd.DataFrame, run: dict | None, why: str, **low: int) -> tuple[dict, tuple[int, ...]]:
+    """The checked log's run metadata (`run`, else the log's) and its integer facts `low` names,
+    each at least its value (`run_fact`; `why`: what they are needed for)."""
+    check_log(df)
+    run = run if run is not None else df.attrs.get("run", {})
+    return run, tuple(run_fact(run, k, v, "event log", why) for k, v in low.items())
+
+
 def _superseded(t0: np.ndarray, t1: np.ndarray, version: np.ndarray, pub_t: np.ndarray) -> np.ndarray:
     """Per interval [t0, t1] of a trajectory of `version`: when its version stops being the newest
     (the publication of version + 1, `pub_t[version + 1]`; never: t1), clipped to the interval."""
@@ -42,11 +50,8 @@ def slot_use(df: pd.DataFrame, run: dict | None = None) -> pd.DataFrame:
     """One row per state of STATES: `instance_s` (instance-seconds), `share` (of all rollout
     instance-time), `occupancy` (mean held trajectories / max_seqs in that state), plus a row
     `all` (share 1, occupancy over the whole run)."""
-    check_log(df)
-    run = run if run is not None else df.attrs.get("run", {})
-    why = "slot occupancy is held trajectories over the instances' decode slots"
-    n_inst = run_fact(run, "instances", 1, "event log", why)
-    max_seqs = run_fact(run, "max_seqs", 1, "event log", why)
+    run, (n_inst, max_seqs) = _facts(df, run, "slot occupancy is held trajectories over the instances' decode "
+                                     "slots", instances=1, max_seqs=1)
     t_end = run_end(df)
     ev = event_names(df)
     pv = df["version"].to_numpy()[ev == "publish"].astype(np.int64)
@@ -87,11 +92,8 @@ def in_flight(df: pd.DataFrame, run: dict | None = None) -> dict:
     """`groups`: groups sampled and not yet trained, averaged over [0, run end] (a group counts
     from its `sample` row to the time its `train` rows are written; a regenerated group stays in
     flight); `cap`: (η + 1)·B; `share`: groups / cap."""
-    check_log(df)
-    run = run if run is not None else df.attrs.get("run", {})
-    why = "groups in flight are compared with the (eta + 1) x B the staleness bound admits"
-    eta = run_fact(run, "eta", 0, "event log", why)
-    batch = run_fact(run, "batch_size", 1, "event log", why)
+    _, (eta, batch) = _facts(df, run, "groups in flight are compared with the (eta + 1) x B the staleness "
+                             "bound admits", eta=0, batch_size=1)
     t_end = run_end(df)
     ev = event_names(df)
     t = df["t_s"].to_numpy(float)
