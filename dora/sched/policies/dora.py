@@ -299,7 +299,7 @@ class DoraPolicy(StreamingPolicy):
         drained = buckets.get(0)  # old.bucket(ver, 0), inlined (called on most finishes)
         if drained:
             for inst in sorted(drained.values(), key=lambda i: i.id):
-                if not self._host_tail(ver, inst):
+                if not self._host_tail(ver, inst, {}):
                     self.load(inst, latest)  # drained: switch now
         if self.dc.host_max > 1 and self.dc.spread_tails and not self.capacity_needed():
             self._host_more(ver, buckets)
@@ -323,17 +323,14 @@ class DoraPolicy(StreamingPolicy):
                 if inst.settled() and self._host_tail(ver, inst, tails):
                     return
 
-    def _host_tail(self, ver: int, host: InstView,
-                   tails: dict[int, tuple[int, float, float, float]] | None = None) -> bool:
+    def _host_tail(self, ver: int, host: InstView, tails: dict[int, tuple[int, float, float, float]]) -> bool:
         """Move to `host` (drained, or running fewer than `host_max` trajectories) the at-risk
         trajectory of `ver` predicted to finish last, if the later of it and the host's own, slowed
         by it, finishes at least 5% earlier; only while the newest version needs no more slots.
-        `tails`: each source's candidate (`_tail_of`), kept across the hosts of one pass (nothing
-        changes in between)."""
+        `tails`: each source's candidate (`_tail_of`), filled here and kept across the hosts of one
+        pass (nothing changes in between); a drained host's call gets an empty one."""
         if not self.dc.spread_tails or self.capacity_needed():
             return False
-        if tails is None:
-            tails = {}
         now, prog, old = self.now, self.prog, self.old
         dl = self.deadline(ver)
         best, best_fin = -1, 0.0
