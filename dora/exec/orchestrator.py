@@ -26,7 +26,7 @@ from typing import Any
 from dora.body import Body, Tracked, run_info as body_run_info
 from dora.eventlog import EventLog
 from dora.exec.collective import Collective
-from dora.exec.engine.base import EngineBusyError
+from dora.exec.engine.records import EngineBusyError
 from dora.exec.faults import actor_errors
 from dora.exec.recovery import Recovery
 from dora.exec.rollout import Rollout

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 from dora.body import Tracked, instance_row, load_row, trainer_row
-from dora.exec.engine.base import EngineStateLost
+from dora.exec.engine.records import EngineStateLost
 from dora.sched import events as E
 
 

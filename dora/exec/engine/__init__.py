@@ -1,7 +1,9 @@
-"""Rollout engines behind one interface (base.RolloutEngine): vLLM and transformers."""
+"""Rollout engines behind one interface (base.RolloutEngine; its requests and results in records): vLLM and
+transformers."""
 
-from dora.exec.engine.base import (EngineBusyError, EngineConfig, EngineStateLost, EngineStats, GenRequest, GenResult,
-                                   KVState, RolloutEngine, SamplingConfig)
+from dora.exec.engine.base import RolloutEngine
+from dora.exec.engine.records import (EngineBusyError, EngineConfig, EngineStateLost, EngineStats, GenRequest, GenResult,
+                                      KVState, SamplingConfig)
 
 __all__ = ["EngineBusyError", "EngineConfig", "EngineStateLost", "EngineStats", "GenRequest", "GenResult",
            "KVState", "RolloutEngine", "SamplingConfig", "make_engine"]

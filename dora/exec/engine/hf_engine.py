@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from dora.errors import InputError
-from dora.exec.engine.base import (EngineConfig, GenRequest, GenResult, KVState, RolloutEngine, _Live, model_stop_ids,
-                                   new_live)
+from dora.exec.engine.base import RolloutEngine, _Live, model_stop_ids, new_live
+from dora.exec.engine.records import EngineConfig, GenRequest, GenResult, KVState
 from dora.exec.engine.staged import StagedLoads
 from dora.exec.engine.weights import read_checkpoint
 

@@ -21,8 +21,8 @@ import threading
 import time
 from typing import Any
 
-from dora.exec.engine.base import (EngineConfig, GenRequest, GenResult, KVState, RolloutEngine, _Live, model_stop_ids,
-                                   new_live)
+from dora.exec.engine.base import RolloutEngine, _Live, model_stop_ids, new_live
+from dora.exec.engine.records import EngineConfig, GenRequest, GenResult, KVState
 from dora.exec.engine.staged import StagedLoads
 from dora.exec.engine.weights import pack_tensors
 
