@@ -66,7 +66,8 @@ def run(model_dir: str, o: dict) -> None:
     from dora.exec.rewards import count_reward
     from dora.exec.tasks import count_task, tokenize_prompts
     from dora.exec.tiny_model import build_tiny_model, eval_score
-    from dora.exec.trainer import Trainer, hf_rollout
+    from dora.exec.hf_rollout import hf_rollout
+    from dora.exec.trainer import Trainer
 
     torch.set_num_threads(1)
     tT = o["tT"] or o["T"]
@@ -124,7 +125,7 @@ def directions(model_dir, tok, temperature: float, max_new_tokens: int) -> dict:
     from dora.exec.logprobs import load_model
     from dora.exec.tasks import count_task, tokenize_prompts
     from dora.exec.tiny_model import HELDOUT_SEED
-    from dora.exec.trainer import hf_rollout
+    from dora.exec.hf_rollout import hf_rollout
 
     ex = count_task(64, seed=HELDOUT_SEED)
     res = hf_rollout(load_model(model_dir), tok, tokenize_prompts(tok, ex), [e.prompt_id for e in ex], group_size=4,

@@ -58,7 +58,7 @@ def build_tiny_model(out_dir: str | Path, *, hidden_size: int = 64, layers: int 
     """Write a tiny HF checkpoint (safetensors + config + tokenizer) to out_dir; return its path.
 
     Deterministic for a seed. With warm_start_steps > 0, first trains that many supervised steps
-    on the synthetic counting task (dora.exec.trainer.sft_warm_start), so RL starts from a model
+    on the synthetic counting task (dora.exec.warm_start.sft_warm_start), so RL starts from a model
     that sometimes answers right; with warm_start_reverse_frac > 0 that fraction of the supervised
     answers count in the other direction (see sft_warm_start).
     """
@@ -83,7 +83,7 @@ def build_tiny_model(out_dir: str | Path, *, hidden_size: int = 64, layers: int 
     if warm_start_steps and warm_start_reverse_frac:
         info["warm_start_reverse_frac"] = warm_start_reverse_frac
     if warm_start_steps:
-        from dora.exec.trainer import sft_warm_start
+        from dora.exec.warm_start import sft_warm_start
 
         t0 = time.perf_counter()
         losses = sft_warm_start(model, steps=warm_start_steps, seed=seed, progress=progress,
@@ -150,7 +150,7 @@ def evaluate_count_task(model_dir: str | Path, prompts: int, *, group_size: int 
     from dora.exec.logprobs import load_model
     from dora.exec.rewards import count_reward
     from dora.exec.tasks import count_task, length_stats, tokenize_prompts
-    from dora.exec.trainer import hf_rollout
+    from dora.exec.hf_rollout import hf_rollout
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = load_model(model_dir)
@@ -183,7 +183,7 @@ def eval_score(model_dir: str | Path, *, prompts: int = 64, samples: int = 4, se
     from dora.exec.logprobs import load_model
     from dora.exec.rewards import count_reward
     from dora.exec.tasks import CountTaskParams, count_task, tokenize_prompts
-    from dora.exec.trainer import hf_rollout
+    from dora.exec.hf_rollout import hf_rollout
 
     tok = tokenizer or AutoTokenizer.from_pretrained(str(model_dir))
     model = load_model(model_dir)

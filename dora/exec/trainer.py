@@ -14,8 +14,6 @@ a rank trains every N-th trajectory. The loss is a token mean over the whole min
 counts are summed over the ranks), so the N-rank update is the 1-rank one; gradient clipping
 uses the global norm; the step's statistics are summed over the ranks. Full state dicts
 (publish, checkpoint) are gathered to rank 0, which alone writes files.
-Also here: `sft_warm_start` (supervised pass on the count task, used by dora.exec.tiny_model)
-and `hf_rollout` (sampling with transformers generate, for tests and measurements).
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ import math
 import os
 import random
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -427,99 +424,3 @@ def read_data_state(ckpt_dir: str | Path) -> dict:
     """The data-consumption state saved with a checkpoint ({} when it was saved without one)."""
     p = Path(ckpt_dir) / "data_state.json"
     return json.loads(p.read_text()) if p.is_file() else {}
-
-
-# --- sampling with transformers (tests, measurements, warm-start evaluation) ------------------
-
-@torch.no_grad()
-def hf_rollout(model, tokenizer, prompt_ids: list[list[int]], group_ids: list[int], *, group_size: int,
-               max_new_tokens: int, temperature: float = 1.0, seed: int = 0, version: int = 0,
-               batch_size: int = 64, logprob_temperature: float = 1.0) -> list[tuple[Trajectory, str]]:
-    """Sample group_size responses per prompt with transformers generate; behaviour logprobs are the
-    log-probs of the sampled tokens under log_softmax(logits / logprob_temperature) (1: the raw
-    logits, as vLLM reports them; the sampling temperature: the sampling policy's). Reward is left at 0.
-
-    Returns (trajectory, completion text) pairs, group by group.
-    """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    torch.manual_seed(seed)
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    jobs = [(p, g) for p, g in zip(prompt_ids, group_ids) for _ in range(group_size)]
-    out: list[tuple[Trajectory, str]] = []
-    for start in range(0, len(jobs), batch_size):
-        chunk = jobs[start : start + batch_size]
-        longest = max(len(p) for p, _ in chunk)
-        ids = torch.full((len(chunk), longest), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, (p, _) in enumerate(chunk):  # left padding for generation
-            ids[r, longest - len(p):] = torch.tensor(p)
-            mask[r, longest - len(p):] = 1
-        gen = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
-                             temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
-                             eos_token_id=eos, pad_token_id=pad, output_logits=True, return_dict_in_generate=True)
-        new = gen.sequences[:, longest:].cpu()
-        logits = torch.stack(gen.logits, dim=1).float().cpu() / logprob_temperature  # [B, T, V], raw / T
-        logp_all = torch.log_softmax(logits, dim=-1).gather(-1, new[..., None]).squeeze(-1)
-        for r, (p, g) in enumerate(chunk):
-            toks = new[r].tolist()
-            n = toks.index(eos) + 1 if eos in toks else len(toks)
-            resp = toks[:n]
-            text = tokenizer.decode(resp, skip_special_tokens=True)
-            traj = Trajectory(list(p), resp, logp_all[r, :n].tolist(), version, g, 0.0,
-                              finish_reason="stop" if resp and resp[-1] == eos else "length")
-            out.append((traj, text))
-    model.train(was_training)
-    return out
-
-
-# --- supervised warm-start ----------------------------------------------------------------
-
-def sft_warm_start(model, *, steps: int, seed: int = 0, batch_size: int = 64, lr: float = 3e-3,
-                   micro_batch_tokens: int = 4096, tokenizer=None, progress: bool = False,
-                   log_every: int = 50, reverse_frac: float = 0.0) -> list[float]:
-    """Supervised pass on count-task prompts (cross-entropy on the answer tokens + <eos>).
-
-    Prompts come from dora.exec.tasks.count_task with seed + 1_000_003, a stream disjoint from the
-    default RL prompts' seed. With reverse_frac > 0, that fraction of the targets (drawn at random)
-    list the numbers in the other order: the model then picks the prompt's direction only about
-    1 - reverse_frac of the time, a choice RL with the count reward can learn. Returns the loss of
-    each step.
-    """
-    from dora.exec.tasks import count_task, sft_pairs
-    from dora.exec.tokenizer import build_tokenizer
-
-    tok = tokenizer or build_tokenizer()
-    torch.manual_seed(seed)
-    if not 0.0 <= reverse_frac < 1.0:
-        raise InputError(f"warm-start reverse fraction: must be in [0, 1), got {reverse_frac}")
-    examples = count_task(steps * batch_size, seed=seed + 1_000_003)
-    flips = random.Random(seed + 7).random
-    pairs = sft_pairs(tok, examples, reverse=[flips() < reverse_frac for _ in examples] if reverse_frac else None)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
-    model.train()
-    losses = []
-    t0 = time.perf_counter()
-    for s in range(steps):
-        chunk = pairs[s * batch_size : (s + 1) * batch_size]
-        n_tokens = sum(len(t) for _, t in chunk)
-        opt.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for mb in token_budget_batches([len(p) + len(t) for p, t in chunk], micro_batch_tokens):
-            logp = forward_logprobs(model, [chunk[i][0] + chunk[i][1] for i in mb], [len(chunk[i][0]) for i in mb])
-            loss = -torch.cat(logp).sum() / n_tokens
-            loss.backward()
-            loss_sum += loss.detach().item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss_sum)
-        if progress and (s + 1) % log_every == 0:
-            print(f"warm-start step {s + 1}/{steps} loss {sum(losses[-log_every:]) / log_every:.4f} "
-                  f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-    model.eval()
-    return losses

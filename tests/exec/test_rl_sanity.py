@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 from dora.exec.config import TrainerConfig  # noqa: E402
 from dora.exec.logprobs import forward_logprobs  # noqa: E402
 from dora.exec.tasks import count_task, tokenize_prompts  # noqa: E402
-from dora.exec.trainer import Trainer, hf_rollout  # noqa: E402
+from dora.exec.hf_rollout import hf_rollout  # noqa: E402
+from dora.exec.trainer import Trainer  # noqa: E402
 
 HALF = 180  # token ids below this: half of the tiny vocabulary
 

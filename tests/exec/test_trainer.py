@@ -13,7 +13,8 @@ from dora.exec.config import LossConfig, TrainerConfig  # noqa: E402
 from dora.exec.logprobs import load_model, sequence_logprobs, token_budget_batches  # noqa: E402
 from dora.exec.rewards import count_reward  # noqa: E402
 from dora.exec.tasks import count_task, tokenize_prompts  # noqa: E402
-from dora.exec.trainer import Trainer, Trajectory, hf_rollout  # noqa: E402
+from dora.exec.hf_rollout import hf_rollout  # noqa: E402
+from dora.exec.trainer import Trainer, Trajectory  # noqa: E402
 
 
 def _random_batch(n_groups=3, group_size=4, seed=0, version=0) -> list[Trajectory]:
