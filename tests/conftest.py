@@ -103,6 +103,37 @@ def small(small_trace):
     return load_trace(small_trace)
 
 
+@pytest.fixture(scope="session")
+def small_trace_path(small_trace) -> str:
+    return str(small_trace)
+
+
+@pytest.fixture(scope="session")
+def policy_runs(small_trace, small):
+    """sync, partial and dora on small_trace (4 instances, B = 4, 4 steps; tests/event_logs.py)."""
+    from dora.sim.run import simulate
+    from tests.event_logs import POLICIES, small_plot_config
+
+    cfg = small_plot_config(small_trace)
+    return {name: simulate(small, cfg, name, progress=False) for name in POLICIES}
+
+
+@pytest.fixture(scope="session")
+def policy_logs(policy_runs):
+    return {name: r.events for name, r in policy_runs.items()}
+
+
+@pytest.fixture(scope="session")
+def agentic_logs(agentic_trace):
+    """sync and dora on agentic_trace (multi-turn, tool calls), the same cluster as policy_runs."""
+    from dora.sim.run import simulate
+    from tests.event_logs import small_plot_config
+
+    cfg = small_plot_config(agentic_trace)
+    trace = load_trace(agentic_trace)
+    return {name: simulate(trace, cfg, name, progress=False).events for name in ("sync", "dora")}
+
+
 # under CI=true a skip for a missing executor dependency is a failure (tests/ci_skips.py)
 from tests.ci_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401
 
