@@ -15,20 +15,13 @@ from dora.perfetto import (INSTANCE_PID0, TRAINER_PID, main as perfetto_main, tr
 from dora.analysis import event_names, segments
 from dora.sim.run import simulate
 from tests.conftest import small_config
-
-POLICIES = ("sync", "partial", "dora")
+from tests.event_logs import POLICIES
 PHASE_KEYS = {  # required keys per phase (Trace Event Format, Google doc "Trace Event Format")
     "X": {"name", "ph", "ts", "dur", "pid", "tid"},
     "i": {"name", "ph", "ts", "pid", "tid", "s"},
     "M": {"name", "ph", "pid", "args"},
 }
 METADATA_NAMES = {"process_name", "process_sort_index", "thread_name", "thread_sort_index", "process_labels"}
-
-
-@pytest.fixture(scope="module")
-def logs(small_trace, small):
-    cfg = small_config(small_trace, **{"steps": 4, "cluster.instances": 4, "policy.batch_size": 4})
-    return {name: simulate(small, cfg, name, progress=False).events for name in POLICIES}
 
 
 def validate(doc: dict) -> list[str]:
@@ -85,16 +78,16 @@ def validate(doc: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-def test_document_validates(logs, policy, tmp_path):
-    out = write_perfetto(logs[policy], tmp_path / "t.json")
+def test_document_validates(policy_logs, policy, tmp_path):
+    out = write_perfetto(policy_logs[policy], tmp_path / "t.json")
     doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert validate(doc) == []
     assert doc["displayTimeUnit"] == "ms"
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-def test_counts_match_event_log(logs, policy):
-    df = logs[policy]
+def test_counts_match_event_log(policy_logs, policy):
+    df = policy_logs[policy]
     doc = trace_events(df)
     evs = doc["traceEvents"]
     ev = event_names(df)
@@ -117,8 +110,8 @@ def test_counts_match_event_log(logs, policy):
         assert procs[INSTANCE_PID0 + i] == f"instance {i}"
 
 
-def test_slices_carry_the_segments(logs):
-    df = logs["dora"]
+def test_slices_carry_the_segments(policy_logs):
+    df = policy_logs["dora"]
     doc = trace_events(df)
     xs = [e for e in doc["traceEvents"] if e["ph"] == "X" and e.get("cat") == "trajectory"]
     seg, _ = segments(df)
@@ -164,9 +157,9 @@ def test_hand_log_exact():
     assert (100, "migrate_out", 1e6) in inst and (101, "migrate_in", 1e6) in inst
 
 
-def test_cli(logs, tmp_path, capsys):
+def test_cli(policy_logs, tmp_path, capsys):
     ev = tmp_path / "ev.parquet"
-    write_events(logs["partial"], ev)
+    write_events(policy_logs["partial"], ev)
     out = tmp_path / "t.json"
     assert perfetto_main([str(ev), str(out)]) == 0
     assert validate(json.loads(out.read_text())) == []
@@ -177,17 +170,17 @@ def test_cli(logs, tmp_path, capsys):
     assert not (tmp_path / "x.json").exists()
 
 
-def test_write_runs_names_files_like_events(logs, tmp_path):
-    paths = write_perfetto_runs(logs, tmp_path / "t.json")
+def test_write_runs_names_files_like_events(policy_logs, tmp_path):
+    paths = write_perfetto_runs(policy_logs, tmp_path / "t.json")
     assert sorted(p.name for p in paths) == sorted(f"t.{name}.json" for name in POLICIES)
     for p in paths:
         assert validate(json.loads(p.read_text())) == []
-    one = write_perfetto_runs({"dora": logs["dora"]}, tmp_path / "one.json")
+    one = write_perfetto_runs({"dora": policy_logs["dora"]}, tmp_path / "one.json")
     assert [p.name for p in one] == ["one.json"]
     with pytest.raises(InputError, match="use .json"):
-        write_perfetto_runs(logs, tmp_path / "t.png")
+        write_perfetto_runs(policy_logs, tmp_path / "t.png")
     with pytest.raises(InputError, match="is a directory"):
-        write_perfetto(logs["sync"], tmp_path)
+        write_perfetto(policy_logs["sync"], tmp_path)
 
 
 def test_tool_calls_nest_in_their_segment(agentic_trace):
