@@ -19,24 +19,29 @@ def bench():
     return load_benchmark("exec_speedup")
 
 
-def test_final_reward_is_the_mean_of_the_last_tenth(bench):
+@pytest.fixture(scope="module")
+def report():
+    return load_benchmark("exec_speedup_report")
+
+
+def test_final_reward_is_the_mean_of_the_last_tenth(report):
     # 20 steps -> the last 2: mean 0.5, sample std 0.1414 -> se 0.1
     rewards = [0.0] * 18 + [0.4, 0.6]
-    m, se = bench.final_reward(rewards)
+    m, se = report.final_reward(rewards)
     assert m == pytest.approx(0.5)
     assert se == pytest.approx(0.1)
     # fewer than 10 steps: the last step, no spread
-    assert bench.final_reward([0.1, 0.9]) == (0.9, 0.0)
-    assert all(math.isnan(x) for x in bench.final_reward([]))
-    assert bench.mean_se([1.0, 2.0, 3.0]) == pytest.approx((2.0, 1 / math.sqrt(3)))
+    assert report.final_reward([0.1, 0.9]) == (0.9, 0.0)
+    assert all(math.isnan(x) for x in report.final_reward([]))
+    assert report.mean_se([1.0, 2.0, 3.0]) == pytest.approx((2.0, 1 / math.sqrt(3)))
 
 
-def test_summary_speedup_and_staleness(bench):
+def test_summary_speedup_and_staleness(report):
     def run(pol, seed, e2e, reward, smax):
         return {"policy": pol, "seed": seed, "final_reward": reward, "wall_s": 100.0 / e2e, "e2e_samples_per_s": e2e,
                 "bubble_ratio": 0.5, "staleness_mean": smax / 2, "staleness_max": smax}
 
-    s = bench.summarize([run("sync", 0, 2.0, 0.5, 0), run("sync", 1, 4.0, 0.7, 0),
+    s = report.summarize([run("sync", 0, 2.0, 0.5, 0), run("sync", 1, 4.0, 0.7, 0),
                          run("dora", 0, 6.0, 0.6, 2), run("dora", 1, 6.0, 0.6, 1)])
     assert s["sync"]["e2e_samples_per_s"] == 3.0
     assert s["sync"]["final_reward_se"] == pytest.approx(0.1)
@@ -45,8 +50,8 @@ def test_summary_speedup_and_staleness(bench):
     assert s["dora"]["seeds"] == 2
     assert "final_eval" not in s["dora"]  # no scores: no score column
     scored = [dict(run("sync", k, 2.0, 0.5, 0), first_eval=0.4, final_eval=0.5 + 0.2 * k) for k in range(2)]
-    assert bench.summarize(scored)["sync"]["final_eval"] == pytest.approx(0.6)
-    assert bench.summarize(scored)["sync"]["final_eval_se"] == pytest.approx(0.1)
+    assert report.summarize(scored)["sync"]["final_eval"] == pytest.approx(0.6)
+    assert report.summarize(scored)["sync"]["final_eval_se"] == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -25,6 +25,11 @@ def bench():
     return load_benchmark("exec_speedup", "exec_speedup_for_labels")
 
 
+@pytest.fixture(scope="module")
+def report():
+    return load_benchmark("exec_speedup_report")
+
+
 def _res(real: float, sim: float) -> dict:
     return {"real": {"e2e_samples_per_s": real}, "sim": {"e2e_samples_per_s": sim}}
 
@@ -99,22 +104,22 @@ def test_missing_recorded_run_is_one_line_exit_2(tmp_path):
     assert not out.exists()
 
 
-def test_labels_by_correction_only_when_they_differ(bench):
+def test_labels_by_correction_only_when_they_differ(bench, report):
     same = [{"policy": "sync", "correction": "tis"}, {"policy": "dora"}]
-    assert bench.run_labels(same) == ["sync", "dora"]
+    assert report.run_labels(same) == ["sync", "dora"]
     mixed = [{"policy": "dora", "correction": "tis"}, {"policy": "dora", "correction": "off"}]
-    assert bench.run_labels(mixed) == ["dora+tis", "dora+off"]
+    assert report.run_labels(mixed) == ["dora+tis", "dora+off"]
     assert bench.run_name("dora", "tis") == "dora" and bench.run_name("dora", "off") == "dora-off"
 
 
-def test_summary_groups_by_correction(bench):
+def test_summary_groups_by_correction(report):
     def run(corr, seed, reward, hist):
         return {"policy": "dora", "correction": corr, "seed": seed, "final_reward": reward, "wall_s": 100.0,
                 "e2e_samples_per_s": 20.0, "bubble_ratio": 0.5, "staleness_mean": 1.0, "staleness_max": 3,
                 "is_ess_mean": 0.9 if corr == "tis" else 1.0, "clip_frac_mean": 0.01, "is_truncated_frac_mean": 0.0,
                 "staleness_hist": hist}
 
-    s = bench.summarize([run("tis", 0, 0.2, {"0": 5, "1": 3}), run("off", 0, 0.1, {"0": 4}),
+    s = report.summarize([run("tis", 0, 0.2, {"0": 5, "1": 3}), run("off", 0, 0.1, {"0": 4}),
                          run("tis", 1, 0.4, {"1": 1, "4": 2})])
     assert set(s) == {"dora+tis", "dora+off"}
     assert s["dora+tis"]["seeds"] == 2 and s["dora+tis"]["final_reward"] == pytest.approx(0.3)
