@@ -13,8 +13,10 @@ from hypothesis import HealthCheck, settings
 
 from dora.config import build
 from dora.sim.config import SimConfig
+from dora.sim.run import simulate
 from dora.trace import load_trace, write_trace
 from dora.trace.generate import TraceParams, generate_to
+from tests.event_logs import POLICIES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,6 +100,12 @@ def small_config(trace: Path, **over) -> SimConfig:
     return build(SimConfig, data)
 
 
+def small_plot_config(trace: Path, instances: int = 4) -> SimConfig:
+    """small_config with 4 instances (or `instances`), B = 4 and 4 steps: the runs the analysis and
+    plot tests read."""
+    return small_config(trace, **{"steps": 4, "cluster.instances": instances, "policy.batch_size": 4})
+
+
 @pytest.fixture(scope="session")
 def small(small_trace):
     return load_trace(small_trace)
@@ -110,10 +118,7 @@ def small_trace_path(small_trace) -> str:
 
 @pytest.fixture(scope="session")
 def policy_runs(small_trace, small):
-    """sync, partial and dora on small_trace (4 instances, B = 4, 4 steps; tests/event_logs.py)."""
-    from dora.sim.run import simulate
-    from tests.event_logs import POLICIES, small_plot_config
-
+    """sync, partial and dora (tests/event_logs.py) on small_trace under small_plot_config."""
     cfg = small_plot_config(small_trace)
     return {name: simulate(small, cfg, name, progress=False) for name in POLICIES}
 
@@ -126,9 +131,6 @@ def policy_logs(policy_runs):
 @pytest.fixture(scope="session")
 def agentic_logs(agentic_trace):
     """sync and dora on agentic_trace (multi-turn, tool calls), the same cluster as policy_runs."""
-    from dora.sim.run import simulate
-    from tests.event_logs import small_plot_config
-
     cfg = small_plot_config(agentic_trace)
     trace = load_trace(agentic_trace)
     return {name: simulate(trace, cfg, name, progress=False).events for name in ("sync", "dora")}

@@ -1,19 +1,13 @@
 """Event logs for the analysis and plot tests: a hand-made one whose bubble decomposition is
-known, and the small simulated runs' configuration (fixtures policy_runs / policy_logs in conftest)."""
+known, and the policies of the small simulated runs (fixtures policy_runs / policy_logs in conftest)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from dora.eventlog import EventLog
-from dora.sim.config import SimConfig
-from tests.conftest import small_config
 
 POLICIES = ("sync", "partial", "dora")  # the runs of the policy_runs fixture
-
-
-def small_plot_config(trace, instances: int = 4) -> SimConfig:
-    return small_config(trace, **{"steps": 4, "cluster.instances": instances, "policy.batch_size": 4})
 
 
 def hand_log() -> pd.DataFrame:

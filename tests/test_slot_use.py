@@ -12,9 +12,8 @@ from dora.plots import slot_table
 from dora.plots.__main__ import main as plots_main
 from dora.sim.run import simulate
 from dora.slot_use import STATES, in_flight, slot_use
-from tests.conftest import small_config
-
-PNG = b"\x89PNG\r\n\x1a\n"
+from tests.conftest import small_plot_config
+from tests.plots.common import PNG
 
 
 def _hand_log():
@@ -92,7 +91,7 @@ def test_in_flight_refuses_a_log_without_the_batch_size():
 
 @pytest.fixture(scope="module")
 def logs(small_trace, small):
-    cfg = small_config(str(small_trace), **{"steps": 4, "cluster.instances": 4, "policy.batch_size": 4})
+    cfg = small_plot_config(small_trace)
     return {p: simulate(small, cfg, p, progress=False).events for p in ("sync", "laminar", "dora")}
 
 

@@ -6,11 +6,11 @@ from dora.plots import read_sweep, sweep_plot
 from dora.report import write_json
 from dora.sim.run import simulate
 from dora.trace import load_trace
-from tests.event_logs import small_plot_config
+from tests.conftest import small_plot_config
 from tests.plots.common import legend_texts
 
 
-def test_sweep_from_json_and_table(tmp_path, small_trace_path, policy_runs):
+def test_sweep_from_json_and_table(tmp_path, small_trace_path):
     trace = load_trace(small_trace_path)
     files = []
     for n in (2, 4, 8):
