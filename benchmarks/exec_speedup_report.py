@@ -10,13 +10,7 @@ def final_reward(rewards: list[float], frac: float = 0.1) -> tuple[float, float]
     """Mean of the last max(1, round(frac * n)) per-step rewards and its standard error (0 for one step)."""
     if not rewards:
         return float("nan"), float("nan")
-    k = max(1, round(frac * len(rewards)))
-    tail = rewards[-k:]
-    mean = sum(tail) / k
-    if k < 2:
-        return mean, 0.0
-    var = sum((r - mean) ** 2 for r in tail) / (k - 1)
-    return mean, math.sqrt(var / k)
+    return mean_se(rewards[-max(1, round(frac * len(rewards))):])
 
 
 def mean_se(xs: list[float]) -> tuple[float, float]:

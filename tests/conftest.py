@@ -100,10 +100,10 @@ def small_config(trace: Path, **over) -> SimConfig:
     return build(SimConfig, data)
 
 
-def small_plot_config(trace: Path, instances: int = 4) -> SimConfig:
-    """small_config with 4 instances (or `instances`), B = 4 and 4 steps: the runs the analysis and
-    plot tests read."""
-    return small_config(trace, **{"steps": 4, "cluster.instances": instances, "policy.batch_size": 4})
+def small_plot_config(trace: Path, instances: int = 4, **over) -> SimConfig:
+    """small_config with 4 instances (or `instances`), B = 4 and 4 steps (and `over`): the runs the
+    analysis and plot tests read."""
+    return small_config(trace, **{"steps": 4, "cluster.instances": instances, "policy.batch_size": 4, **over})
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from dora.metrics import compute_metrics
 from dora.plots import timeline
 from dora.sim.run import simulate
 from dora.trace import load_trace
-from tests.conftest import small_config
+from tests.conftest import small_plot_config
 from tests.event_logs import POLICIES, hand_log
 
 
@@ -43,8 +43,7 @@ def test_bubble_breakdown_matches_metrics(policy_logs, policy):
 
 
 def _elastic_log(small_trace_path):
-    cfg = small_config(small_trace_path, **{"steps": 4, "cluster.instances": 4, "policy.batch_size": 4,
-                                      "policy.dora.elastic_trainer": True})
+    cfg = small_plot_config(small_trace_path, **{"policy.dora.elastic_trainer": True})
     return simulate(load_trace(small_trace_path), cfg, "dora", progress=False).events
 
 

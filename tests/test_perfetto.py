@@ -13,8 +13,6 @@ from dora.errors import InputError
 from dora.perfetto import (INSTANCE_PID0, TRAINER_PID, main as perfetto_main, trace_events, write_perfetto,
                            write_perfetto_runs)
 from dora.analysis import event_names, segments
-from dora.sim.run import simulate
-from tests.conftest import small_config
 from tests.event_logs import POLICIES
 PHASE_KEYS = {  # required keys per phase (Trace Event Format, Google doc "Trace Event Format")
     "X": {"name", "ph", "ts", "dur", "pid", "tid"},
@@ -183,11 +181,8 @@ def test_write_runs_names_files_like_events(policy_logs, tmp_path):
         write_perfetto(policy_logs["sync"], tmp_path)
 
 
-def test_tool_calls_nest_in_their_segment(agentic_trace):
-    from dora.trace import load_trace
-
-    cfg = small_config(agentic_trace, **{"steps": 3, "cluster.instances": 4, "policy.batch_size": 4})
-    df = simulate(load_trace(agentic_trace), cfg, "dora", progress=False).events
+def test_tool_calls_nest_in_their_segment(agentic_logs):
+    df = agentic_logs["dora"]
     doc = trace_events(df)
     assert validate(doc) == []
     tools = [e for e in doc["traceEvents"] if e.get("cat") == "tool"]

@@ -90,9 +90,10 @@ def test_in_flight_refuses_a_log_without_the_batch_size():
 
 
 @pytest.fixture(scope="module")
-def logs(small_trace, small):
-    cfg = small_plot_config(small_trace)
-    return {p: simulate(small, cfg, p, progress=False).events for p in ("sync", "laminar", "dora")}
+def logs(small_trace, small, policy_logs):
+    """sync and dora from the session's policy_logs, laminar on the same trace and cluster."""
+    laminar = simulate(small, small_plot_config(small_trace), "laminar", progress=False).events
+    return {"sync": policy_logs["sync"], "laminar": laminar, "dora": policy_logs["dora"]}
 
 
 @pytest.mark.parametrize("policy", ("sync", "laminar", "dora"))
