@@ -79,6 +79,24 @@ class TrajectoryLost:
 
 
 @dataclass(slots=True)
+class ToolCallStarted:
+    """A multi-turn trajectory ended a turn and waits for a tool call: it decodes nothing until
+    the call ends (its KV may stay on the instance)."""
+
+    traj: int
+    instance: int
+
+
+@dataclass(slots=True)
+class ToolCallEnded:
+    """The tool call is back; its output (`tokens`) joins the context and the next turn queues."""
+
+    traj: int
+    instance: int
+    tokens: int
+
+
+@dataclass(slots=True)
 class MigrationDone:
     """A migrated trajectory arrived at `dst` and is queued there."""
 
@@ -112,6 +130,7 @@ class InstanceRecovered:
 
 
 Event = (
-    ClusterStarted | GroupsSampled | KVRead | TrajectoryFinished | TrajectoryLost | MigrationDone
+    ClusterStarted | GroupsSampled | KVRead | TrajectoryFinished | TrajectoryLost | ToolCallStarted
+    | ToolCallEnded | MigrationDone
     | WeightsLoaded | VersionPublished | InstanceFailed | InstanceRecovered
 )

@@ -54,6 +54,8 @@ class Policy:
             E.KVRead: self._kv_read,
             E.TrajectoryFinished: self._traj_finished,
             E.TrajectoryLost: self._traj_lost,
+            E.ToolCallStarted: self._tool_started,
+            E.ToolCallEnded: self._tool_ended,
             E.MigrationDone: self._migration_done,
             E.WeightsLoaded: self._weights_loaded,
             E.VersionPublished: self._version_published,
@@ -89,6 +91,8 @@ class Policy:
     def on_loaded(self, inst: InstView, version: int) -> None: ...
     def on_published(self, version: int) -> None: ...
     def on_migrated(self, traj: int, src: int, dst: int) -> None: ...
+    def on_tool_call(self, traj: int, inst: int, tokens: int) -> None:
+        """A trajectory's tool call started on `inst` (tokens -1) or ended (its output tokens)."""
     def on_trainer_idle(self) -> None:
         """After a publication, when no next step could start: the trainer waits for data."""
 
@@ -310,6 +314,14 @@ class Policy:
         if t.state in (QUEUED_OR_RUNNING, MIGRATING):
             self.view.drop_traj(ev.traj)
             self.on_lost(ev.traj, ev.instance)
+
+    def _tool_started(self, ev: E.ToolCallStarted) -> None:
+        if self.view.trajs[ev.traj].state in (QUEUED_OR_RUNNING, MIGRATING):
+            self.on_tool_call(ev.traj, ev.instance, -1)
+
+    def _tool_ended(self, ev: E.ToolCallEnded) -> None:
+        if self.view.trajs[ev.traj].state in (QUEUED_OR_RUNNING, MIGRATING):
+            self.on_tool_call(ev.traj, ev.instance, ev.tokens)
 
     def _migration_done(self, ev: E.MigrationDone) -> None:
         if self.view.trajs[ev.traj].state == MIGRATING:

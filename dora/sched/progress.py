@@ -9,6 +9,9 @@ with g0 tokens already made (carried by a migration) has made g0 + clock − k0 
 The instance's speed factor f is learned: when a trajectory finishes, the body reports its
 length; the steps the clock counted for it over the steps it really took is how much slower
 (> 1) or faster than assumed the instance ran, and f moves towards it (a log-space average).
+A trajectory in a tool call (multi-turn; `tool_call` .. `tool_back`, from the body's tool-call
+events) is out of the batch: it keeps the tokens it has made and does not count as decoding.
+
 An update costs O(1).
 """
 
@@ -38,6 +41,7 @@ class Progress:
         self.k0: list[float] = []
         self.g0: list[float] = []
         self.plen: list[int] = []
+        self.park: list[int] = []  # instance where it waits for a tool call (-1: none); g0 holds what it made
 
     def add_instance(self, iid: int) -> None:
         while len(self.clock) <= iid:
@@ -77,6 +81,7 @@ class Progress:
             self.k0.append(0.0)
             self.g0.append(0.0)
             self.plen.append(0)
+            self.park.append(-1)
         self._advance(iid, now)
         self.inst[traj] = iid
         self.k0[traj] = self.clock[iid]
@@ -89,6 +94,9 @@ class Progress:
         """The trajectory stops running where it is; returns the tokens it has made."""
         iid = self.inst[traj]
         if iid < 0:
+            if self.park[traj] >= 0:  # in a tool call
+                self.park[traj] = -1
+                return self.g0[traj]
             return 0.0
         self._advance(iid, now)
         g = self.g0[traj] + self.clock[iid] - self.k0[traj]
@@ -103,6 +111,8 @@ class Progress:
     def move(self, traj: int, dst: int, now: float) -> None:
         """Migrated: it goes on at `dst` with the tokens it has."""
         if self.inst[traj] < 0:
+            if self.park[traj] >= 0:
+                self.park[traj] = dst
             return
         plen = self.plen[traj]
         g = self.leave(traj, now)
@@ -122,11 +132,32 @@ class Progress:
             self.f[iid] *= math.exp(w * math.log(ratio))
         self.leave(traj, now)
 
+    def tool_call(self, traj: int, now: float) -> None:
+        """The trajectory waits for a tool call: it stops decoding (and counting) where it is."""
+        iid = self.inst[traj] if traj < len(self.inst) else -1
+        if iid < 0:
+            return
+        self.g0[traj] = self.leave(traj, now)
+        self.park[traj] = iid
+
+    def tool_back(self, traj: int, tokens: int, now: float) -> None:
+        """Its tool call ended: it decodes again where it waited, its context `tokens` longer."""
+        if traj >= len(self.park) or self.park[traj] < 0:
+            return
+        iid = self.park[traj]
+        self.park[traj] = -1
+        self.join(traj, iid, self.plen[traj] + tokens, self.g0[traj], now)
+
+    def where(self, traj: int) -> int:
+        """Instance of a running or tool-waiting trajectory (-1: none)."""
+        iid = self.inst[traj]
+        return iid if iid >= 0 else self.park[traj]
+
     # ---- reads --------------------------------------------------------------------------------
     def generated(self, traj: int, now: float) -> float:
         iid = self.inst[traj]
         if iid < 0:
-            return 0.0
+            return self.g0[traj] if self.park[traj] >= 0 else 0.0
         return self.g0[traj] + self.clock[iid] + self._steps(iid, now) - self.k0[traj]
 
     def most_made(self, trajs: Iterable[int], now: float) -> int:
@@ -138,7 +169,7 @@ class Progress:
         for t in trajs:
             iid = self.inst[t]
             if iid < 0:
-                g = 0.0
+                g = self.g0[t] if self.park[t] >= 0 else 0.0
             else:
                 if iid != at:
                     at, clock, steps = iid, self.clock[iid], self._steps(iid, now)
@@ -157,7 +188,7 @@ class Progress:
         batch as it is now (plus dn trajectories holding dctx context): the co-runners are
         assumed to stay, its own context grows."""
         if iid < 0:
-            iid = self.inst[traj]
+            iid = self.where(traj)
         if iid < 0 or remaining <= 0.0:
             return 0.0
         cost, f = self.cost, self.f[iid]

@@ -18,8 +18,8 @@ from dora.sched.costs import DecodeCost
 from dora.sched.policy import Policy
 
 _EVENTS = {c.__name__: c for c in (E.ClusterStarted, E.GroupsSampled, E.KVRead, E.TrajectoryFinished, E.TrajectoryLost,
-                                   E.MigrationDone, E.WeightsLoaded, E.VersionPublished, E.InstanceFailed,
-                                   E.InstanceRecovered)}
+                                   E.ToolCallStarted, E.ToolCallEnded, E.MigrationDone, E.WeightsLoaded,
+                                   E.VersionPublished, E.InstanceFailed, E.InstanceRecovered)}
 _NESTED = {"instances": E.InstanceSpec, "groups": E.GroupSpec}
 
 

@@ -157,6 +157,7 @@ class Cluster(Body):
             inst.versions = {0}
             inst.on_loaded = self._on_loaded
             inst.on_staged = self._on_staged
+            inst.on_tool = self._on_tool
             self.instances.append(inst)
         self.imbalance = imbalance
         strag = spec.stragglers if spec.stragglers is not None else np.ones(spec.instances)
@@ -521,6 +522,10 @@ class Cluster(Body):
             return
         s.stop = None  # a migration asked meanwhile came too late: it finished where it was
         self._finished(s, inst, now)
+
+    def _on_tool(self, s: Seq, inst: Instance, tokens: int) -> None:
+        """A multi-turn trajectory's tool call started (tokens -1) or ended: the policy is told."""
+        self.deliver(E.ToolCallStarted(s.traj, inst.id) if tokens < 0 else E.ToolCallEnded(s.traj, inst.id, tokens))
 
     def _on_stopped(self, s: Seq, inst: Instance) -> None:
         now = self.env.now

@@ -151,7 +151,7 @@ class Instance:
                  "vcount", "running", "waiting", "heap", "versions", "loading", "alive", "pending_t", "pending_j",
                  "token", "replan_at", "stops", "load_req", "on_loaded", "load_s", "load_time",
                  "reprefill_tokens", "in_process", "load_token", "load_fails", "pause_req", "on_staged", "f_next",
-                 "schedule_boundary", "_boundary_cbs", "held", "tooling")
+                 "schedule_boundary", "_boundary_cbs", "held", "tooling", "on_tool")
 
     def __init__(self, iid: int, max_seqs: int, kv_tokens: int, devices: int, cost: CostModel, slowdown: float,
                  log: "EventLog", schedule: Callable[[float, int, Callable[[object], None]], None],
@@ -202,6 +202,7 @@ class Instance:
         self.load_fails = load_fails  # draws whether a finished load failed (retried)
         self.pause_req: tuple[float, int] | None = None  # (seconds, version): broadcast barrier at next boundary
         self.on_staged: Callable[[Instance, int], None] | None = None
+        self.on_tool: Callable[[Seq, Instance, int], None] | None = None  # tool call started (-1) / ended (output tokens)
         self.f_next = 0.0  # slowdown from the next run on (0: unchanged)
         # schedule_boundary(t, callbacks, tok): an event at t carrying `tok` whose callbacks are
         # `callbacks` (this instance's `_boundary_cbs`), ordered as kind BOUNDARY
@@ -554,9 +555,11 @@ class Instance:
         self.log.add(now, "tool_start", self.id, s.traj, s.prompt_id, s.version, tokens=s.ctx, dur_s=s.wait_s)
         if s.stop is not None:
             self._on_stopped(s, self)  # a migration: the tool call goes on while it moves
-            return
-        s.held = s.ctx
-        self.wait_tool(s, now)
+        else:
+            s.held = s.ctx
+            self.wait_tool(s, now)
+        if self.on_tool is not None:
+            self.on_tool(s, self, -1)
 
     def wait_tool(self, s: Seq, now: float) -> None:
         """`s` waits here for its tool call (to s.tool_end), pinning s.held tokens of KV."""
@@ -580,6 +583,8 @@ class Instance:
         self.log.add(now, "tool_end", self.id, s.traj, s.prompt_id, s.version, tokens=s.tool, dur_s=s.wait_s)
         s.tool_output()
         self.submit(s, now)
+        if self.on_tool is not None:
+            self.on_tool(s, self, s.tool)
 
     def _unpin(self, now: float, keep: Seq | None) -> bool:
         """Free one pinned context (not `keep`'s): of the sequence whose tool call ends last, else

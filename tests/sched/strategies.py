@@ -106,7 +106,7 @@ def _policy_knobs(draw, policy: str) -> dict:
                          "predictor": draw(st.sampled_from(["history", "none"])),
                          "max_regenerations": draw(st.integers(0, 2)),
                          "widen_max": draw(st.sampled_from([1.0, 1.5, 3.0])),
-                         "elastic_trainer": draw(st.booleans())}}
+                         "tool_calls": draw(st.booleans()), "elastic_trainer": draw(st.booleans())}}
     return {}
 
 

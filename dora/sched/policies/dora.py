@@ -38,6 +38,10 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
 - Dispatch and balancing use predicted completion: lengths come from finished group-mates
   or the running length distribution (LengthPredictor); a group's samples go to the
   newest-version instances whose predicted backlog per free slot is smallest.
+- Tool calls (knob `tool_calls`; multi-turn trajectories, from the body's tool-call events): a
+  trajectory waiting for a tool call makes no tokens (its progress stops) and leaves the
+  decode batch, so its slot is lent to new groups until the call ends; the instance may then
+  hold more trajectories than slots, the returning one queueing as the engine queues it.
 - Elastic trainer devices (knob, LongCat's elastic colocation): while the trainer waits for
   data, its devices run rollout instances of the newest version (taking the new weights by
   an on-device reshard); when a step starts their trajectories migrate to the regular
@@ -78,6 +82,7 @@ class DoraPolicy(StreamingPolicy):
         self.pred = LengthPredictor() if dc.predictor == "history" else None
         self.balance = dc.balance == "predicted"
         self.prog = Progress(self.view.cost)  # replaced in on_start by one with the body's costs
+        self._lent: dict[int, int] = {}  # trajectory in a tool call -> instance it lends a slot on
         self.pace = TrainerPace(self.eta, self.B)
         self._incoming: dict[int, int] = {}  # instances loading the newest version -> their slots
         self._retry: dict[int, float] = {}  # version -> no consolidation pass before this time
@@ -195,6 +200,7 @@ class DoraPolicy(StreamingPolicy):
             prog.join(trajs[k], instances[k - len(trajs) + g.size].id, plen, 0.0, now)
 
     def migrate(self, traj: int, dst: InstView, kv: bool = True) -> None:
+        self._take_back(traj)
         super().migrate(traj, dst, kv)
         self.prog.move(traj, dst.id, self.now)
 
@@ -204,12 +210,44 @@ class DoraPolicy(StreamingPolicy):
         no KV migration in this body)."""
         self.migrate(traj, dst, kv=self._kv(traj, dst, residents))
 
+    def on_tool_call(self, traj: int, inst: int, tokens: int) -> None:
+        if not self.dc.tool_calls:
+            return
+        prog = self.prog
+        if tokens >= 0:
+            prog.tool_back(traj, tokens, self.now)
+            self._take_back(traj)
+            return
+        prog.tool_call(traj, self.now)
+        at = prog.where(traj)  # (a trajectory moving when its call started waits at the destination)
+        if at >= 0 and traj not in self._lent:
+            self._lent[traj] = at
+            self._lend(self.view.instances[at], 1)
+            self.admit()
+
+    def _take_back(self, traj: int) -> None:
+        """The slot lent while `traj` waits for a tool call is taken back (the call ended, or it
+        moves, ends or is lost)."""
+        at = self._lent.pop(traj, -1)
+        if at >= 0:
+            self._lend(self.view.instances[at], -1)
+
+    def _lend(self, inst: InstView, d: int) -> None:
+        """The slots new groups may take on `inst` (its view's `max_seqs`) change by `d`."""
+        load, s = len(inst.active), inst.max_seqs
+        inst.max_seqs = s + d
+        if inst.id in self.pool:
+            self.pool_free += max(s + d - load, 0) - max(s - load, 0)
+            inst.stamp += 1  # re-keyed in the placement heap
+            self._dirty[inst.id] = inst
+
     def _kv(self, traj: int, dst: InstView, residents: int) -> bool:
         prog = self.prog
         ctx = prog.plen[traj] + prog.generated(traj, self.now)
         return self.dc.migrate_kv and self.kv_migration and self.view.cost.kv_pays(ctx, residents, prog.f[dst.id])
 
     def abort(self, traj: int, reason: str) -> None:
+        self._take_back(traj)
         super().abort(traj, reason)
         self.prog.leave(traj, self.now)
         self.calib.drop(traj)
@@ -219,11 +257,13 @@ class DoraPolicy(StreamingPolicy):
         for tid in g.trajs:
             st = trajs[tid].state
             if st == QUEUED_OR_RUNNING or st == MIGRATING:
+                self._take_back(tid)
                 self.prog.leave(tid, self.now)
                 self.calib.drop(tid)
         super().regenerate(g, reason)
 
     def on_lost(self, traj: int, inst: int) -> None:
+        self._take_back(traj)
         self.prog.leave(traj, self.now)
         self.calib.drop(traj)
         super().on_lost(traj, inst)

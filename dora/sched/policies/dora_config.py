@@ -25,6 +25,7 @@ class DoraConfig:
     balance: Literal["slots", "predicted"] = "slots"  # dispatch: most free slots, or least predicted work per slot
     versions_per_instance: int = 1
     max_regenerations: int = 0  # stale aborts per group; after that the trainer waits for it
+    tool_calls: bool = False  # a trajectory in a tool call counts as not decoding and lends its slot to new groups
     elastic_trainer: bool = False  # trainer devices generate while the trainer waits for data
 
     def validate(self) -> None:
