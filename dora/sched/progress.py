@@ -36,6 +36,7 @@ class Progress:
         self.ctx: list[float] = []  # their context tokens at `t`
         self.f: list[float] = []  # learned speed factor (seconds per modelled second)
         self.paused: list[bool] = []  # loading weights: no decode steps
+        self.pinned: list[float] = []  # context tokens of the trajectories waiting here for a tool call
         # per trajectory (ids are dense); inst -1 = not running
         self.inst: list[int] = []
         self.k0: list[float] = []
@@ -51,6 +52,7 @@ class Progress:
             self.ctx.append(0.0)
             self.f.append(1.0)
             self.paused.append(False)
+            self.pinned.append(0.0)
 
     # ---- clock --------------------------------------------------------------------------------
     def _steps(self, iid: int, now: float) -> float:
@@ -95,7 +97,7 @@ class Progress:
         iid = self.inst[traj]
         if iid < 0:
             if self.park[traj] >= 0:  # in a tool call
-                self.park[traj] = -1
+                self._unpark(traj)
                 return self.g0[traj]
             return 0.0
         self._advance(iid, now)
@@ -111,8 +113,9 @@ class Progress:
     def move(self, traj: int, dst: int, now: float) -> None:
         """Migrated: it goes on at `dst` with the tokens it has."""
         if self.inst[traj] < 0:
-            if self.park[traj] >= 0:
-                self.park[traj] = dst
+            if self.park[traj] >= 0:  # it waits for its tool call there
+                self._unpark(traj)
+                self._park(traj, dst)
             return
         plen = self.plen[traj]
         g = self.leave(traj, now)
@@ -138,15 +141,25 @@ class Progress:
         if iid < 0:
             return
         self.g0[traj] = self.leave(traj, now)
-        self.park[traj] = iid
+        self._park(traj, iid)
 
     def tool_back(self, traj: int, tokens: int, now: float) -> None:
         """Its tool call ended: it decodes again where it waited, its context `tokens` longer."""
         if traj >= len(self.park) or self.park[traj] < 0:
             return
+        iid = self._unpark(traj)
+        self.join(traj, iid, self.plen[traj] + tokens, self.g0[traj], now)
+
+    def _park(self, traj: int, iid: int) -> None:
+        self.park[traj] = iid
+        self.pinned[iid] += self.plen[traj] + self.g0[traj]
+
+    def _unpark(self, traj: int) -> int:
         iid = self.park[traj]
         self.park[traj] = -1
-        self.join(traj, iid, self.plen[traj] + tokens, self.g0[traj], now)
+        left = self.pinned[iid] - (self.plen[traj] + self.g0[traj])
+        self.pinned[iid] = left if left > 0.5 else 0.0  # no drift from float sums
+        return iid
 
     def where(self, traj: int) -> int:
         """Instance of a running or tool-waiting trajectory (-1: none)."""
@@ -181,6 +194,11 @@ class Progress:
     def context(self, iid: int, now: float) -> float:
         """Context tokens held by the instance's running trajectories at `now`."""
         return self.ctx[iid] + self.n[iid] * self._steps(iid, now)
+
+    def kv_held(self, iid: int, now: float) -> float:
+        """KV tokens held on the instance: its running trajectories' context and the contexts
+        pinned there by trajectories waiting for a tool call."""
+        return self.context(iid, now) + self.pinned[iid]
 
     def time_left(self, traj: int, remaining: float, now: float, iid: int = -1, dn: int = 0,
                   dctx: float = 0.0) -> float:

@@ -81,11 +81,13 @@ def test_a_tool_call_stops_the_count_where_it_waits():
     assert p.n[0] == 1 and p.where(0) == 0
     assert p.generated(0, 7.0) == pytest.approx(2.0)  # no steps while it waits
     assert p.generated(1, 7.0) == pytest.approx(4.0)  # alone from t=4: 1.5 s a step
-    assert p.context(0, 7.0) == pytest.approx(14.0)  # only trajectory 1's 10 + 4
+    assert p.context(0, 7.0) == pytest.approx(14.0)  # only trajectory 1's 10 + 4 decode
+    assert p.kv_held(0, 7.0) == pytest.approx(26.0)  # ... while trajectory 0's 10 + 2 stay pinned
     assert p.time_left(0, 3, 7.0) == pytest.approx(4.5)  # where it waits, with the batch as it is
     assert p.most_made([0, 1], 7.0) == 1
     p.tool_back(0, 5, 7.0)  # 5 tokens of tool output join its context
     assert p.where(0) == 0 and p.context(0, 7.0) == pytest.approx(31.0)  # 14 + 10 + 5 + 2
+    assert p.kv_held(0, 7.0) == pytest.approx(31.0)
     assert p.generated(0, 9.0) == pytest.approx(3.0)  # two again: one step in 2 s
 
 
@@ -95,10 +97,11 @@ def test_a_trajectory_moved_or_ended_during_its_tool_call():
     p.tool_call(0, 3.0)  # after 2 steps alone
     p.move(0, 1, 4.0)  # it waits at the destination
     assert p.where(0) == 1 and p.n[0] == 0 and p.n[1] == 0 and p.generated(0, 4.0) == pytest.approx(2.0)
+    assert p.kv_held(0, 4.0) == 0.0 and p.kv_held(1, 4.0) == pytest.approx(12.0)  # its KV went along
     p.tool_back(0, 0, 5.0)
     assert p.generated(0, 6.5) == pytest.approx(3.0)  # one step on instance 1
     p.tool_call(0, 6.5)
     assert p.leave(0, 8.0) == pytest.approx(3.0)  # aborted or lost in its call: what it had made
-    assert p.where(0) == -1 and p.generated(0, 9.0) == 0.0
+    assert p.where(0) == -1 and p.generated(0, 9.0) == 0.0 and p.kv_held(1, 9.0) == 0.0
     p.tool_back(0, 7, 9.0)  # a call ending after that changes nothing
     assert p.where(0) == -1 and p.n[1] == 0

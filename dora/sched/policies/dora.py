@@ -485,7 +485,7 @@ class DoraPolicy(StreamingPolicy):
                 if looked >= _DESTINATIONS_LOOKED_AT:
                     return None
                 looked += 1
-                if self.prog.context(p.id, now) + mctx > 0.9 * p.kv_tokens:
+                if self.prog.kv_held(p.id, now) + mctx > 0.9 * p.kv_tokens:
                     continue
                 t_dst = self._drain_s(p, None, True)
                 merged = self._drain_s(p, moved, True)
