@@ -51,7 +51,7 @@ def _param_bytes(model_dir) -> int:
 
 def _guarantees(cfg, res) -> None:
     m = res.metrics
-    assert m["steps"] == STEPS and m["trained_samples"] == STEPS * B * G
+    assert m["steps"] == cfg.steps and m["trained_samples"] == cfg.steps * B * G
     assert m["c1_violations"] == 0 and m["c2_lost"] == 0 and m["c2_duplicated"] == 0
     assert m["c3_violations"] == 0 and m["staleness_max"] <= cfg.policy.eta
     assert replay(recorded(res.events), POLICIES["dora"](cfg.policy)) == []
@@ -88,10 +88,12 @@ def test_collective_run_keeps_the_constraints_and_logs_each_sync(tiny_model_dir,
 def test_collective_run_survives_a_killed_engine_and_a_failed_load(tiny_model_dir, tmp_path):
     """On Ray: engine 0 killed once version 1 is out (a replacement joins the group and loads the
     newest version), and instance 1's first load of a new version fails (retried from its stage).
-    (Not "of a version >= 2": on a loaded host instance 1 could serve version 1 to the end.)"""
+    (Not "of a version >= 2": on a loaded host instance 1 could serve version 1 to the end.) Six
+    steps, not three: the kill waits for a finish after version 1 while engine 0 holds live
+    trajectories, and in about one run in six of three steps the last publication came first."""
     pytest.importorskip("ray")
     cfg = _config(tiny_model_dir, tmp_path, "ray", {"kill_instance_at_step": 1, "kill_instance": 0,
-                                                    "restart_instances": True, "load_fail_at": [[1, 1]]})
+                                                    "restart_instances": True, "load_fail_at": [[1, 1]]}, steps=6)
     res = _run(cfg)
     _guarantees(cfg, res)
     df = res.events
