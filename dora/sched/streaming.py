@@ -117,6 +117,15 @@ class StreamingPolicy(Policy):
         else:
             self.old.discard(inst)
 
+    def add_slots(self, inst: InstView, d: int) -> None:
+        """The slots new groups may take on `inst` (its view's `max_seqs`) change by `d`."""
+        load, s = len(inst.active), inst.max_seqs
+        inst.max_seqs = s + d
+        if inst.id in self.pool:
+            self.pool_free += max(s + d - load, 0) - max(s - load, 0)
+            inst.stamp += 1  # re-keyed in the placement heap
+            self._dirty[inst.id] = inst
+
     def _watch(self, inst: InstView, old_load: int) -> None:
         """One trajectory came or went (InstView.watch): the load moved by one."""
         iid = inst.id

@@ -93,12 +93,13 @@ class _Watched:
                 super().on_tool_call(traj, inst, tokens)
                 peak[0] = max(peak[0], max(len(i.active) for i in self.view.instances.values()))
 
+        plain = run.make_policy
+
         def make(name, cfg, group_size):
-            p = Watched(run.make_policy.__wrapped__(name, cfg, group_size).cfg)
+            p = Watched(plain(name, cfg, group_size).cfg)  # (the config with its group size resolved)
             made.append(p)
             return p
 
-        make.__wrapped__ = run.make_policy
         monkeypatch.setattr(run, "make_policy", make)
         self.calls, self.peak, self.made = calls, peak, made
 

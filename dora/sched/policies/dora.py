@@ -222,7 +222,7 @@ class DoraPolicy(StreamingPolicy):
         at = prog.where(traj)  # (a trajectory moving when its call started waits at the destination)
         if at >= 0 and traj not in self._lent:
             self._lent[traj] = at
-            self._lend(self.view.instances[at], 1)
+            self.add_slots(self.view.instances[at], 1)
             self.admit()
 
     def _take_back(self, traj: int) -> None:
@@ -230,16 +230,7 @@ class DoraPolicy(StreamingPolicy):
         moves, ends or is lost)."""
         at = self._lent.pop(traj, -1)
         if at >= 0:
-            self._lend(self.view.instances[at], -1)
-
-    def _lend(self, inst: InstView, d: int) -> None:
-        """The slots new groups may take on `inst` (its view's `max_seqs`) change by `d`."""
-        load, s = len(inst.active), inst.max_seqs
-        inst.max_seqs = s + d
-        if inst.id in self.pool:
-            self.pool_free += max(s + d - load, 0) - max(s - load, 0)
-            inst.stamp += 1  # re-keyed in the placement heap
-            self._dirty[inst.id] = inst
+            self.add_slots(self.view.instances[at], -1)
 
     def _kv(self, traj: int, dst: InstView, residents: int) -> bool:
         prog = self.prog
