@@ -29,6 +29,7 @@ COMPILED = [
     "dora/sched/predictor.py",
     "dora/sched/pace.py",
     "dora/sched/calibration.py",
+    "dora/sched/cohort.py",
     "dora/sched/costs.py",
     "dora/sched/progress.py",
     "dora/sched/policy.py",

@@ -118,6 +118,8 @@ ABLATIONS: dict[str, list[str]] = {
     "balance_predicted": ["policy.dora.balance=predicted"],
     "max_regenerations_1": ["policy.dora.max_regenerations=1"],
     "widen_off": ["policy.dora.widen_max=1"],
+    "tool_calls_off": ["policy.dora.tool_calls=false"],
+    "cohort_check_on": ["policy.dora.cohort_check=true"],
     "elastic_trainer_on": ["policy.dora.elastic_trainer=true"],
     "versions_per_instance_2": ["policy.dora.versions_per_instance=2"],
 }

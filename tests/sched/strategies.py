@@ -105,7 +105,7 @@ def _policy_knobs(draw, policy: str) -> dict:
                          "repartition_load": draw(st.sampled_from([0.0, 0.5, 1.0])),
                          "predictor": draw(st.sampled_from(["history", "none"])),
                          "max_regenerations": draw(st.integers(0, 2)),
-                         "widen_max": draw(st.sampled_from([1.0, 1.5, 3.0])),
+                         "widen_max": draw(st.sampled_from([1.0, 1.5, 3.0])), "cohort_check": draw(st.booleans()),
                          "tool_calls": draw(st.booleans()), "elastic_trainer": draw(st.booleans())}}
     return {}
 

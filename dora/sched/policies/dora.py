@@ -38,7 +38,7 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
 - Dispatch and balancing use predicted completion: lengths come from finished group-mates
   or the running length distribution (LengthPredictor); a group's samples go to the
   newest-version instances whose predicted backlog per free slot is smallest.
-- Tool calls (knob `tool_calls`; multi-turn trajectories, from the body's tool-call events): a
+- Tool calls (`tool_calls`; multi-turn trajectories, from the body's tool-call events): a
   trajectory waiting for a tool call makes no tokens (its progress stops) and leaves the
   decode batch, so its slot is lent to new groups until the call ends; the instance may then
   hold more trajectories than slots, the returning one queueing as the engine queues it.
@@ -54,6 +54,7 @@ from __future__ import annotations
 from mypy_extensions import mypyc_attr
 
 from dora.sched.calibration import RemainderCalibration
+from dora.sched.cohort import VersionCohorts
 from dora.sched.config import PolicyConfig
 from dora.sched.policies.dora_config import DoraConfig
 from dora.sched.pace import TrainerPace
@@ -90,6 +91,7 @@ class DoraPolicy(StreamingPolicy):
         self.calib = RemainderCalibration(cap=dc.widen_max)  # how far consolidation's cautious remainders ran short
         self._c = 1.0  # its factor, as of the current consolidation pass
         self._widen = dc.consolidate and dc.widen_max > 1 and self.pred is not None  # the calibration is kept and applied
+        self.cohorts = VersionCohorts() if dc.cohort_check else None  # each version's finished and running lengths
 
     # ---- serving and placement --------------------------------------------------------------------
     def on_start(self) -> None:
@@ -278,8 +280,11 @@ class DoraPolicy(StreamingPolicy):
         beyond what it has made, or (`cautious`) their 90th percentile; without a history, as
         long again as it has run (a heavy tail's median residual), or (cautious) three times.
         `bound` (cautious, for a delay that must not make the trainer wait): with fewer than 10
-        lengths seen beyond what it has made (no 90th percentile in them), the larger of the two;
-        (`widen`) times the factor by which such bounds have run short so far (`RemainderCalibration`)."""
+        lengths seen beyond what it has made (no 90th percentile in them), or (`cohort_check`)
+        ending before a tenth of its version's longer trajectories have run while still running
+        (`VersionCohorts.floor`: the history then lacks the long ones), the larger of the two
+        (and at least to that point); (`widen`) times the factor by which such bounds have run
+        short so far (`RemainderCalibration`)."""
         g = self.prog.generated(traj, self.now)
         pred = self.pred
         if pred is None:
@@ -291,7 +296,22 @@ class DoraPolicy(StreamingPolicy):
         if not bound:
             return rem
         rem = max(rem, 3.0 * g + 1.0) if seen < 10 else rem
+        cohorts = self.cohorts
+        if cohorts is not None:
+            ver = self.view.trajs[traj].version
+            if cohorts.stale(ver, self.now):
+                self._refresh_cohort(cohorts, ver)
+            x = cohorts.floor(ver, g)
+            if x > total:  # refuted by the version's own running trajectories
+                rem = max(rem, x - g, 3.0 * g + 1.0)
         return rem * self._c if widen else rem
+
+    def _refresh_cohort(self, cohorts: VersionCohorts, ver: int) -> None:
+        now, prog = self.now, self.prog
+        running: list[int] = []
+        for inst in self.old.members(ver):
+            running.extend(inst.active)
+        cohorts.refresh(ver, now, running, lambda t: prog.generated(t, now))
 
     def _tick(self, completed: int = 0) -> None:
         v = self.view
@@ -505,6 +525,8 @@ class DoraPolicy(StreamingPolicy):
     # ---- events -----------------------------------------------------------------------------------
     def on_published(self, version: int) -> None:
         self.pace.published(self.now)
+        if self.cohorts is not None:
+            self.cohorts.drop_before(version - self.eta - 2)
         self._incoming.clear()  # loads under way are of an older version now
         self._ready_at.clear()
         self._retry.clear()  # the deadlines moved
@@ -537,6 +559,8 @@ class DoraPolicy(StreamingPolicy):
         t = self.view.trajs[traj]
         self.prog.finish(traj, t.tokens, self.now)
         self.calib.settle(traj, t.tokens, self.now)
+        if self.cohorts is not None:
+            self.cohorts.finish(t.version, t.tokens)
         if group_done is not None:
             self._tick(1)
         pred = self.pred
