@@ -41,9 +41,7 @@ class VersionCohorts:
             f.append(tokens)
 
     def drop_before(self, version: int) -> None:
-        for v in [v for v in self.fin if v < version]:
-            del self.fin[v]
-        for d in (self.n_sorted, self.made, self.stride, self.at):
+        for d in (self.fin, self.n_sorted, self.made, self.stride, self.at):
             for v in [v for v in d if v < version]:
                 del d[v]
 
