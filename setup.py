@@ -30,6 +30,7 @@ COMPILED = [
     "dora/sched/pace.py",
     "dora/sched/calibration.py",
     "dora/sched/cohort.py",
+    "dora/sched/lending.py",
     "dora/sched/costs.py",
     "dora/sched/progress.py",
     "dora/sched/policy.py",

@@ -111,9 +111,11 @@ def load_row(log: EventLog, now: float, event: str, instance: int, version: int,
 
 
 def instance_row(log: EventLog, now: float, event: str, instance: int, version: int = -1, detail: str = "",
-                 dur_s: float = 0.0) -> None:
-    """An instance fails (`fail`, `detail`: why) or is back holding `version` (`recover`)."""
-    log.add(now, event, instance, version=version, detail=detail, dur_s=dur_s)
+                 dur_s: float = 0.0, tokens: int = 0) -> None:
+    """An instance fails (`fail`, `detail`: why) or is back holding `version` (`recover`); is lent
+    to the trainer (`lend`, `tokens`: its devices) or serves again after it (`return`, `dur_s`:
+    the reshard that gave it `version`)."""
+    log.add(now, event, instance, version=version, tokens=tokens, detail=detail, dur_s=dur_s)
 
 
 def train_rows(log: EventLog, now: float, trainer_version: int, trajs: list[tuple[int, int, int, int, int]],
@@ -182,6 +184,14 @@ class Body:
     def _train(self, a: A.Train, now: float) -> None:
         raise NotImplementedError
 
+    def _lend(self, a: A.LendInstance, now: float) -> None:
+        raise RuntimeError(f"policy bug: lent instance {a.instance} to the trainer, but this body cannot lend "
+                           "(ClusterStarted.lend is false)")
+
+    def _take_back(self, a: A.ReturnInstance, now: float) -> None:
+        raise RuntimeError(f"policy bug: took back instance {a.instance}, but this body cannot lend "
+                           "(ClusterStarted.lend is false)")
+
     # ---- the table ----------------------------------------------------------------------------------
     def apply(self, a: A.Action) -> None:
         now = self.now()
@@ -200,6 +210,10 @@ class Body:
             self._abort(a, now)  # type: ignore[arg-type]
         elif t is A.RegenerateGroup:
             self._regenerate(a, now)  # type: ignore[arg-type]
+        elif t is A.LendInstance:
+            self._lend(a, now)  # type: ignore[arg-type]
+        elif t is A.ReturnInstance:
+            self._take_back(a, now)  # type: ignore[arg-type]
         elif t is A.ReadKV:
             self.deliver(E.KVRead(a.instances, self.kv_in_use(a.instances)))  # type: ignore[union-attr]
         else:

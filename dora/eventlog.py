@@ -31,12 +31,15 @@ Event names and what their columns mean:
 | train       | trajectory consumed by trainer  | response tokens             |                               |
 | train_start | trainer step starts             | trained tokens (all)        |                               |
 | train_end   | trainer step compute ends       | trained tokens (all)        | busy_s = compute device-s     |
+| train_lent  | the step's compute on lent rollout devices | lent devices    | busy_s = their compute device-s |
 | publish     | version available to rollout    |                             | dur_s = publish time          |
 | trainer_restart | trainer crashed, resumed; detail says where | | dur_s = restart time     |
 | weight_sync_start | collective broadcast of a version starts | (0)             | detail: to which instances    |
 | weight_sync_end | the broadcast ends (staged there) | bytes sent, once         | dur_s = broadcast time        |
 | fail        | instance failed                 |                             |                               |
 | recover     | instance back                   |                             |                               |
+| lend        | instance lent to the trainer    | its devices                 |                               |
+| return      | lent instance serves again      |                             | dur_s = reshard time          |
 | leftover    | group in flight at end of run   | group size                  |                               |
 | run_end     | end of the measured run         |                             |                               |
 | sched       | an event given to the policy    | detail: JSON of the event and the actions it returned (exec; for replay) |

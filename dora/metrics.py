@@ -160,6 +160,8 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
     useful_elastic = float(useful_seg[trained_mask & on_trainer].sum())
     te = df[ev == "train_end"]
     useful_train = float(te["busy_s"].sum())
+    # training on rollout devices lent to the trainer counts for the rollout devices
+    useful_lent = float(df["busy_s"].to_numpy()[ev == "train_lent"].sum())
     train_time = float(te["dur_s"].sum())
     if colocated:
         total = rollout_devices * t_end
@@ -170,8 +172,8 @@ def compute_metrics(df: pd.DataFrame, run: dict | None = None) -> dict:
         roll_cap = rollout_devices * t_end
         train_cap = trainer_devices * t_end
     bubble = _idle_share(useful_roll + useful_train, total)
-    roll_bubble = _idle_share(useful_roll - useful_elastic, roll_cap)
-    train_bubble = _idle_share(useful_train + useful_elastic, train_cap)
+    roll_bubble = _idle_share(useful_roll - useful_elastic + useful_lent, roll_cap)
+    train_bubble = _idle_share(useful_train + useful_elastic - useful_lent, train_cap)
 
     # C2
     size = run_fact(run, "group_size", 1, str(df.attrs.get("path", "event log")), "C2 counts groups of that size")

@@ -121,6 +121,7 @@ ABLATIONS: dict[str, list[str]] = {
     "tool_calls_off": ["policy.dora.tool_calls=false"],
     "cohort_check_on": ["policy.dora.cohort_check=true"],
     "elastic_trainer_on": ["policy.dora.elastic_trainer=true"],
+    "lend_trainer_on": ["policy.dora.lend_trainer=true"],
     "versions_per_instance_2": ["policy.dora.versions_per_instance=2"],
 }
 

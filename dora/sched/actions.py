@@ -87,4 +87,22 @@ class Train:
     trajs: tuple[int, ...]
 
 
-Action = SampleGroups | ReadKV | Dispatch | Migrate | Abort | RegenerateGroup | LoadVersion | Train
+@dataclass(slots=True)
+class LendInstance:
+    """Lend drained instance `instance` (nothing queued, running, moving to it or loading) to the
+    trainer, which is idle: it stops serving and its devices train from the trainer's next step
+    on (only where `ClusterStarted.lend`)."""
+
+    instance: int
+
+
+@dataclass(slots=True)
+class ReturnInstance:
+    """Take lent instance `instance` back from the idle trainer: it serves again once it holds the
+    newest published version (an on-device reshard), answered by `InstanceReturned`."""
+
+    instance: int
+
+
+Action = (SampleGroups | ReadKV | Dispatch | Migrate | Abort | RegenerateGroup | LoadVersion | Train | LendInstance
+          | ReturnInstance)

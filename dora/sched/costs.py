@@ -1,4 +1,5 @@
-"""What the scheduler knows of a body's costs: the decode-step model, KV transfer, weight loads.
+"""What the scheduler knows of a body's costs: the decode-step model, KV transfer, weight loads,
+and the trainer's step model (`TrainCost`).
 
 A decode step of an instance running n sequences that hold C context tokens between them takes
 
@@ -72,3 +73,19 @@ class DecodeCost:
         sequence-seconds: the transfer delays the moved trajectory alone; a re-prefill runs inside
         the destination's decode step, so it delays the moved one and its n_dst residents."""
         return self.kv_move_s(ctx) <= (n_dst + 1) * self.reprefill_s(ctx, f_dst)
+
+
+@dataclass(slots=True)
+class TrainCost:
+    """The trainer's step model, as the body gives it: a step on T tokens over d devices takes
+    base_s + device_s_per_token·T/d; publishing a version takes publish_s; changing the devices
+    the trainer runs on (lending rollout instances to it or taking them back) stops it for
+    resize_s before its next step (re-forming its data-parallel group and resharding its state)."""
+
+    base_s: float
+    device_s_per_token: float
+    publish_s: float
+    resize_s: float
+
+    def step_s(self, tokens: float, devices: int) -> float:
+        return self.base_s + self.device_s_per_token * tokens / devices

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dora.sched.costs import DecodeCost
+from dora.sched.costs import DecodeCost, TrainCost
 
 
 @dataclass(slots=True)
@@ -28,13 +28,17 @@ class InstanceSpec:
 class ClusterStarted:
     """First event of a run: the cluster's shape, the initial policy version and the costs the
     body knows (None: the scheduler's defaults, scaled by what it learns). `kv_migration`: a
-    migration can ship the KV cache (False: every Migrate must have kv=False)."""
+    migration can ship the KV cache (False: every Migrate must have kv=False). `lend`: the body
+    can lend drained rollout instances to the trainer (`LendInstance`; False: it cannot), whose
+    step model is `train_cost` (None: not given)."""
 
     instances: tuple[InstanceSpec, ...]
     trainer_devices: int
     version: int = 0  # weights loaded everywhere at t=0
     cost: DecodeCost | None = None
     kv_migration: bool = True
+    lend: bool = False
+    train_cost: TrainCost | None = None
 
 
 @dataclass(slots=True)
@@ -119,6 +123,14 @@ class VersionPublished:
 
 
 @dataclass(slots=True)
+class InstanceReturned:
+    """A lent instance left the trainer (`ReturnInstance`) and serves again, empty, holding `version`."""
+
+    instance: int
+    version: int
+
+
+@dataclass(slots=True)
 class InstanceFailed:
     instance: int
 
@@ -132,5 +144,5 @@ class InstanceRecovered:
 Event = (
     ClusterStarted | GroupsSampled | KVRead | TrajectoryFinished | TrajectoryLost | ToolCallStarted
     | ToolCallEnded | MigrationDone
-    | WeightsLoaded | VersionPublished | InstanceFailed | InstanceRecovered
+    | WeightsLoaded | VersionPublished | InstanceReturned | InstanceFailed | InstanceRecovered
 )

@@ -14,6 +14,7 @@ from mypy_extensions import mypyc_attr
 from dora.sched import actions as A
 from dora.sched import events as E
 from dora.sched.config import PolicyConfig
+from dora.sched.costs import TrainCost
 from dora.sched.state import (
     G_COMPLETE,
     G_RUNNING,
@@ -36,6 +37,8 @@ class Policy:
     placement: str = "disaggregated"
     #: disaggregated, but the trainer's devices also run rollout instances while it waits for data
     elastic: bool = False
+    #: disaggregated, and rollout instances may be lent to the trainer (where the body can lend)
+    lends: bool = False
 
     def __init__(self, cfg: PolicyConfig):
         self.cfg = cfg
@@ -48,6 +51,8 @@ class Policy:
         self.now = 0.0
         self._kv_wanted: set[int] = set()
         self.kv_migration = True  # the body can move a KV cache (ClusterStarted says)
+        self.can_lend = False  # the body can lend instances to the trainer, and gave its step model
+        self.train_cost: TrainCost | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             E.ClusterStarted: self._cluster_started,
             E.GroupsSampled: self._groups_sampled,
@@ -59,6 +64,7 @@ class Policy:
             E.MigrationDone: self._migration_done,
             E.WeightsLoaded: self._weights_loaded,
             E.VersionPublished: self._version_published,
+            E.InstanceReturned: self._instance_returned,
             E.InstanceFailed: self._instance_failed,
             E.InstanceRecovered: self._instance_recovered,
         }
@@ -257,6 +263,23 @@ class Policy:
         self.index_instance(inst)
         self._out.append(A.LoadVersion(inst.id, version, mode, evict))
 
+    def lend(self, inst: InstView) -> None:
+        """Lend drained `inst` to the idle trainer (where the body can: `self.can_lend`)."""
+        v = self.view
+        assert self.can_lend and not v.trainer_busy, "policy bug: lending needs a body that lends and an idle trainer"
+        assert inst.alive and not inst.active and inst.loading < 0 and not inst.elastic, \
+            f"policy bug: instance {inst.id} is not drained"
+        inst.alive = False
+        inst.lent = True
+        inst.versions = set()
+        self.index_instance(inst)
+        self._out.append(A.LendInstance(inst.id))
+
+    def take_back(self, inst: InstView) -> None:
+        """Take lent `inst` back from the idle trainer; it serves again at InstanceReturned."""
+        assert inst.lent and not self.view.trainer_busy, f"policy bug: instance {inst.id} is not lent or trainer busy"
+        self._out.append(A.ReturnInstance(inst.id))
+
     def maybe_train(self) -> None:
         if self.view.trainer_busy:
             return
@@ -286,6 +309,8 @@ class Policy:
                                             versions={ev.version}, elastic=spec.elastic)
         v.trainer_devices = ev.trainer_devices
         self.kv_migration = ev.kv_migration
+        self.can_lend = ev.lend and ev.train_cost is not None
+        self.train_cost = ev.train_cost
         if ev.cost is not None:
             v.cost = ev.cost
         v.trainer_version = v.latest_version = ev.version
@@ -352,6 +377,11 @@ class Policy:
         self.maybe_train()
         if not v.trainer_busy:
             self.on_trainer_idle()
+
+    def _instance_returned(self, ev: E.InstanceReturned) -> None:
+        inst = self.view.instances[ev.instance]
+        inst.lent = False
+        self._instance_recovered(E.InstanceRecovered(ev.instance, ev.version))
 
     def _instance_failed(self, ev: E.InstanceFailed) -> None:
         inst = self.view.instances[ev.instance]

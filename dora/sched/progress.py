@@ -8,7 +8,15 @@ with g0 tokens already made (carried by a migration) has made g0 + clock − k0 
 
 The instance's speed factor f is learned: when a trajectory finishes, the body reports its
 length; the steps the clock counted for it over the steps it really took is how much slower
-(> 1) or faster than assumed the instance ran, and f moves towards it (a log-space average).
+(> 1) or faster than assumed the instance ran, and f moves by that ratio (a log-space step).
+Trajectories finishing together each move f by the same ratio, so a burst of finishes compounds
+one correction: where groups run in lockstep (short uniform lengths, 64 trajectories to an
+instance) f overshoots and swings, by factors up to 10^5 (docs/dora_policy.md). `speed` is the
+same factor learned without that: each instance also keeps its clock in modelled seconds (at
+f = 1) and in unpaused seconds, a finished trajectory's life in real over modelled seconds,
+scaled by counted over real steps, is the factor it observed, and `speed` moves towards that
+(finishes that observe the same factor leave it there). The clock and the decisions run on f;
+lending (`dora.sched.lending`) reads `speed`.
 A trajectory in a tool call (multi-turn; `tool_call` .. `tool_back`, from the body's tool-call
 events) is out of the batch: it keeps the tokens it has made and does not count as decoding.
 
@@ -35,14 +43,19 @@ class Progress:
         self.n: list[int] = []  # trajectories running
         self.ctx: list[float] = []  # their context tokens at `t`
         self.f: list[float] = []  # learned speed factor (seconds per modelled second)
+        self.speed: list[float] = []  # the same, learned towards what each finish observed
         self.paused: list[bool] = []  # loading weights: no decode steps
         self.pinned: list[float] = []  # context tokens of the trajectories waiting here for a tool call
+        self.tau: list[float] = []  # modelled seconds (f = 1) of decoding since the start
+        self.run: list[float] = []  # seconds not paused since the start
         # per trajectory (ids are dense); inst -1 = not running
         self.inst: list[int] = []
         self.k0: list[float] = []
         self.g0: list[float] = []
         self.plen: list[int] = []
         self.park: list[int] = []  # instance where it waits for a tool call (-1: none); g0 holds what it made
+        self.tau0: list[float] = []  # its instance's tau and run when it joined
+        self.run0: list[float] = []
 
     def add_instance(self, iid: int) -> None:
         while len(self.clock) <= iid:
@@ -51,8 +64,11 @@ class Progress:
             self.n.append(0)
             self.ctx.append(0.0)
             self.f.append(1.0)
+            self.speed.append(1.0)
             self.paused.append(False)
             self.pinned.append(0.0)
+            self.tau.append(0.0)
+            self.run.append(0.0)
 
     # ---- clock --------------------------------------------------------------------------------
     def _steps(self, iid: int, now: float) -> float:
@@ -62,10 +78,14 @@ class Progress:
 
     def _advance(self, iid: int, now: float) -> None:
         if now > self.t[iid]:
-            j = self._steps(iid, now)
-            if j > 0.0:
-                self.clock[iid] += j
-                self.ctx[iid] += self.n[iid] * j
+            if not self.paused[iid]:
+                dt = now - self.t[iid]
+                self.tau[iid] += dt / self.f[iid]
+                self.run[iid] += dt
+                j = self.cost.steps_in(dt, self.n[iid], self.ctx[iid], self.f[iid])
+                if j > 0.0:
+                    self.clock[iid] += j
+                    self.ctx[iid] += self.n[iid] * j
             self.t[iid] = now
 
     def pause(self, iid: int, now: float) -> None:
@@ -84,9 +104,13 @@ class Progress:
             self.g0.append(0.0)
             self.plen.append(0)
             self.park.append(-1)
+            self.tau0.append(0.0)
+            self.run0.append(0.0)
         self._advance(iid, now)
         self.inst[traj] = iid
         self.k0[traj] = self.clock[iid]
+        self.tau0[traj] = self.tau[iid]
+        self.run0[traj] = self.run[iid]
         self.g0[traj] = g0
         self.plen[traj] = plen
         self.n[iid] += 1
@@ -133,6 +157,11 @@ class Progress:
             ratio = min(max(counted / real, 1.0 / self.CLAMP), self.CLAMP)
             w = self.LEARN * min(real / 256.0, 1.0)  # short segments say little
             self.f[iid] *= math.exp(w * math.log(ratio))
+            modelled = self.tau[iid] - self.tau0[traj]
+            if modelled > 0.0:
+                s = self.speed[iid]
+                seen = (self.run[iid] - self.run0[traj]) * counted / (modelled * real)  # the factor observed
+                self.speed[iid] = s * math.exp(w * math.log(min(max(seen / s, 1.0 / self.CLAMP), self.CLAMP)))
         self.leave(traj, now)
 
     def tool_call(self, traj: int, now: float) -> None:

@@ -14,12 +14,12 @@ from typing import Any, Iterable
 
 from dora.sched import actions as A
 from dora.sched import events as E
-from dora.sched.costs import DecodeCost
+from dora.sched.costs import DecodeCost, TrainCost
 from dora.sched.policy import Policy
 
 _EVENTS = {c.__name__: c for c in (E.ClusterStarted, E.GroupsSampled, E.KVRead, E.TrajectoryFinished, E.TrajectoryLost,
                                    E.ToolCallStarted, E.ToolCallEnded, E.MigrationDone, E.WeightsLoaded,
-                                   E.VersionPublished, E.InstanceFailed, E.InstanceRecovered)}
+                                   E.VersionPublished, E.InstanceReturned, E.InstanceFailed, E.InstanceRecovered)}
 _NESTED = {"instances": E.InstanceSpec, "groups": E.GroupSpec}
 
 
@@ -39,10 +39,13 @@ def decode_event(d: dict) -> E.Event:
     d = dict(d)
     cls = _EVENTS[d.pop("type")]
     for key, sub in _NESTED.items():
-        if key in d:
-            d[key] = tuple(sub(**{k: v for k, v in x.items() if k != "type"}) for x in d[key])
+        if key in d:  # (KVRead's `instances` are plain ids)
+            d[key] = tuple(sub(**{k: v for k, v in x.items() if k != "type"}) if isinstance(x, dict) else x
+                           for x in d[key])
     if isinstance(d.get("cost"), dict):
         d["cost"] = DecodeCost(**{k: v for k, v in d["cost"].items() if k != "type"})
+    if isinstance(d.get("train_cost"), dict):
+        d["train_cost"] = TrainCost(**{k: v for k, v in d["train_cost"].items() if k != "type"})
     for key in ("instances", "used"):
         if key in d and not isinstance(d[key], tuple):
             d[key] = tuple(d[key])

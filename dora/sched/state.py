@@ -57,6 +57,7 @@ class InstView:
     active: dict[int, TrajView] = field(default_factory=dict)  # queued or running here
     alive: bool = True
     elastic: bool = False
+    lent: bool = False  # its devices train (LendInstance until InstanceReturned); not alive meanwhile
     load_mode: str = "drain"
     evict: int = -1
     pred_sum: float = 0.0  # sum of `pred` over active trajectories

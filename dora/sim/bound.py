@@ -9,7 +9,9 @@ pays f·p·P of prefill per trajectory. Over a long interval it completes
 with S = min(max_seqs, kv_tokens / ctx̄). The trainer, never waiting for data, consumes
 B·G trajectories per train_s + publish_s. Disaggregated, the cluster can do no better than
 the slower of the two; colocated (same devices, one after the other), the harmonic sum.
-The bound is the better of the two placements for the same devices.
+With lending (rollout instances training with the trainer between its steps, their number
+changing over the run), a run spends shares of its time at splits k (the k slowest instances
+lent): the best mix of splits. The bound is the best of the three for the same devices.
 
 `eta_bound_samples_per_s` below is a different ceiling: a proof-backed bound for a finite run under
 the staleness bound η (docs/eta_bound.md).
@@ -37,13 +39,32 @@ def trace_moments(trace: Trace) -> dict:
     return {"mean_L": float(L.mean()), "mean_P": float(P.mean()), "ctx_bar": ctx_bar}
 
 
-def rollout_rate(m: dict, cost: CostModel, max_seqs: int, kv_tokens: int, slowdowns: np.ndarray) -> float:
-    """Trajectories per second of a set of instances (one per slowdown) with full slots."""
+def instance_rates(m: dict, cost: CostModel, max_seqs: int, kv_tokens: int, slowdowns: np.ndarray) -> np.ndarray:
+    """Trajectories per second of each instance (one per slowdown) with full slots."""
     S = min(float(max_seqs), kv_tokens / m["ctx_bar"])
     S = max(S, 1.0)
     b, c, p = cost.decode_per_seq_s, cost.decode_per_ctx_token_s, cost.prefill_per_token_s
     tau = slowdowns * (cost.weights_s(int(S)) + b * S + c * S * m["ctx_bar"])
-    return float((S / (m["mean_L"] * tau + S * slowdowns * p * m["mean_P"])).sum())
+    return S / (m["mean_L"] * tau + S * slowdowns * p * m["mean_P"])
+
+
+def rollout_rate(m: dict, cost: CostModel, max_seqs: int, kv_tokens: int, slowdowns: np.ndarray) -> float:
+    """Trajectories per second of a set of instances (one per slowdown) with full slots."""
+    return float(instance_rates(m, cost, max_seqs, kv_tokens, slowdowns).sum())
+
+
+def best_mixture(r: np.ndarray, t: np.ndarray) -> float:
+    """max over time-shares w of min(Σ w_k r_k, Σ w_k t_k): the best a run can do that spends a
+    share w_k of its time at split k (rollout rate r_k, trainer rate t_k). The optimum is a split
+    alone or a mix of two on either side of r = t, where the mix makes them equal."""
+    g = r - t
+    best = float(np.minimum(r, t).max())
+    hi, lo = np.flatnonzero(g >= 0), np.flatnonzero(g < 0)
+    if len(hi) and len(lo):
+        gi, gj = g[hi][:, None], g[lo][None, :]
+        lam = gi / (gi - gj)  # share of the second split that makes the mix's r and t equal
+        best = max(best, float(((1 - lam) * r[hi][:, None] + lam * r[lo][None, :]).max()))
+    return best
 
 
 def trainer_rate(m: dict, cost: CostModel, batch_trajs: int, devices: int, publish: bool) -> float:
@@ -65,8 +86,14 @@ def bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devices_p
     r_all = rollout_rate(m, cost, max_seqs, kv_tokens, slowdowns[: instances + extra])
     t_all = trainer_rate(m, cost, batch_trajs, all_dev, publish=False)
     coloc = 1.0 / (1.0 / r_all + 1.0 / t_all)
-    return {"bound_samples_per_s": max(disagg, coloc), "bound_disaggregated": disagg, "bound_colocated": coloc,
-            "bound_rollout_only": r, "bound_trainer_only": t, **m}
+    # lending: k rollout instances (the slowest) train with the trainer, k changing over the run
+    rates = np.sort(instance_rates(m, cost, max_seqs, kv_tokens, slowdowns[:instances]))
+    r_k = rates.sum() - np.concatenate([[0.0], np.cumsum(rates)])
+    t_k = np.array([trainer_rate(m, cost, batch_trajs, trainer_devices + k * devices_per_instance, publish=True)
+                    for k in range(instances + 1)])
+    lend = best_mixture(r_k, t_k)
+    return {"bound_samples_per_s": max(disagg, coloc, lend), "bound_disaggregated": disagg, "bound_colocated": coloc,
+            "bound_lending": lend, "bound_rollout_only": r, "bound_trainer_only": t, **m}
 
 
 # ---- the η-aware bound (docs/eta_bound.md) ----------------------------------------------------------
@@ -129,6 +156,34 @@ def _spaced_max(vals: np.ndarray, gap: int) -> float:
     return best[-1]
 
 
+def _lending_capacity(W: float, R: float, f_max: float, steps: int, cost: CostModel, trainer_devices: int, dpi: int,
+                      instances: int, tok_total: float, tok_lo: float, tok_hi: float) -> float:
+    """A lower bound on P_N - P_1 when rollout instances may be lent to the trainer
+    (docs/eta_bound.md, "Lending"). With x_s devices lent for step s (whole instances) and step
+    time dt_s = base + c·tok_s/(d + x_s):
+        (i)  T >= Σ dt_s + steps·publish_s          (the steps run one after another)
+        (ii) R·T >= W + Σ (x_s / dpi)·dt_s / f_max  (a lent instance generates nothing)
+    so for every λ in [0, 1], T >= λ·(i) + (1 - λ)·(ii)/R, whose step terms are each at least
+    φ(tok_s) = min over x of (λ + μx)(base + c·tok_s/(d + x)), μ = (1 - λ)/(dpi·f_max·R). φ is
+    concave in tok_s, so over tokens in [tok_lo, tok_hi] summing to tok_total or more it is at
+    least its chord. Returns the largest over a grid of λ (each is a bound)."""
+    base, c, pub = cost.train_base_s, cost.train_device_s_per_token, cost.publish_s
+    x = np.arange(instances + 1, dtype=np.float64) * dpi
+    best = W / R  # λ = 0
+    if steps <= 0:
+        return best
+    for lam in np.linspace(0.0, 1.0, 65)[1:]:
+        mu = (1.0 - lam) / (dpi * f_max * R)
+
+        def phi(tok: float) -> float:
+            return float(((lam + mu * x) * (base + c * tok / (trainer_devices + x))).min())
+
+        lo, hi = phi(tok_lo), phi(tok_hi)
+        chord = steps * lo + ((hi - lo) * (tok_total - steps * tok_lo) / (tok_hi - tok_lo) if tok_hi > tok_lo else 0.0)
+        best = max(best, lam * steps * pub + (1.0 - lam) * W / R + chord)
+    return best
+
+
 def eta_bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devices_per_instance: int, max_seqs: int,
                             kv_tokens: int, trainer_devices: int, batch_size: int, eta: int, steps: int,
                             slowdowns: np.ndarray) -> dict:
@@ -136,10 +191,11 @@ def eta_bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devic
 
     slowdowns: per instance as simulate() draws them (MoE imbalance x stragglers): the `instances`
     rollout instances, then the trainer_devices // devices_per_instance the trainer's devices hold.
-    Besides the bound for any schedule (the better of the disaggregated placement, with an elastic
-    trainer's instances, and the colocated one), the bound of each placement on its own:
+    Besides the bound for any schedule (the best of the disaggregated placement, with an elastic
+    trainer's instances, the colocated one and lending), the bound of each placement on its own:
     `eta_bound_rollout_only` (disaggregated, the trainer's devices only train), `eta_bound_disaggregated`
-    (their instances generating while it waits), `eta_bound_colocated`."""
+    (their instances generating while it waits), `eta_bound_colocated`, `eta_bound_lending`
+    (disaggregated, rollout instances lent to the trainer between its steps)."""
     B, N, G, n = batch_size, steps, trace.group_size, trace.num_groups
     on_trainer = trainer_devices // devices_per_instance
     f = np.asarray(slowdowns[: instances + on_trainer], dtype=np.float64)
@@ -202,14 +258,24 @@ def eta_bound_samples_per_s(trace: Trace, cost: CostModel, instances: int, devic
     # loads a new version by weight_load_s at least (no on-device reshard)
     _, tt_r = train_tail(trainer_devices, cost.publish_s, cost.weight_load_s, block_tail_r)
     cap_r = W / R_r
-    T_d, T_c, T_r = max(tt_d, cap_d), max(tt_c, cap_c), max(tt_r, cap_r)
+    # lending: rollout instances may train with the trainer (whole instances, any number, step by
+    # step); a step is no shorter than on every device, and the time an instance is lent it
+    # generates nothing
+    lend_devices = trainer_devices + instances * devices_per_instance
+    _, tt_l = train_tail(lend_devices, cost.publish_s, min(cost.weight_load_s, cost.colocated_reshard_s),
+                         block_tail_r)
+    cap_l = _lending_capacity(W, R_r, float(f[:instances].max()), N - 1, cost, trainer_devices, devices_per_instance,
+                              instances, tok_min, tok_step_min, tok_step_max)
+    T_d, T_c, T_r, T_l = max(tt_d, cap_d), max(tt_c, cap_c), max(tt_r, cap_r), max(tt_l, cap_l)
     samples = (N - 1) * B * G
 
     def rate(T: float) -> float:
         return samples / T if T > 0 else float("inf")
 
-    return {"eta_bound_samples_per_s": rate(min(T_d, T_c)), "eta_bound_disaggregated": rate(T_d),
-            "eta_bound_colocated": rate(T_c), "eta_T_trainer_tail_disaggregated_s": tt_d,
+    return {"eta_bound_samples_per_s": rate(min(T_d, T_c, T_l)), "eta_bound_disaggregated": rate(T_d),
+            "eta_bound_colocated": rate(T_c), "eta_bound_lending": rate(T_l),
+            "eta_T_trainer_tail_lending_s": tt_l, "eta_T_capacity_lending_s": cap_l,
+            "eta_T_trainer_tail_disaggregated_s": tt_d,
             "eta_T_capacity_disaggregated_s": cap_d, "eta_T_trainer_tail_colocated_s": tt_c,
             "eta_T_capacity_colocated_s": cap_c, "eta_bound_rollout_only": rate(T_r),
             "eta_T_trainer_tail_rollout_only_s": tt_r, "eta_T_capacity_rollout_only_s": cap_r,

@@ -96,7 +96,7 @@ class Cluster(Body):
                  "interrupted", "migrations", "events", "sim_events", "done", "faults", "draws", "failures",
                  "failed_ids", "_fail_epoch", "_latency", "_host_g", "_notifying", "_bg", "_idle_progress",
                  "_idle_since", "instances", "imbalance", "_strag", "_moe", "wsync", "trainer", "_turns",
-                 "_tool_wait", "_tool_tok", "tool_tokens_of", "_gaps")
+                 "_tool_wait", "_tool_tok", "tool_tokens_of", "_gaps", "lendable", "lent_ids")
 
     def __init__(self, trace: Trace, spec: ClusterSpec, cost: CostModel, policy: Policy, steps: int,
                  reference: bool = False, log: EventLog | None = None,
@@ -148,6 +148,10 @@ class Cluster(Body):
         self._bg = 0  # background events pending
         self._idle_progress: tuple[int, int] = (-1, -1)  # (dispatches, steps) when last seen idle
         self._idle_since = 0.0
+        # rollout instances can be lent to the trainer where it has devices of its own (not
+        # colocated, no elastic instances on them, no shared host)
+        self.lendable = not spec.colocated and not spec.elastic and cost.host_cores == 0
+        self.lent_ids: dict[int, bool] = {}  # lent to the trainer -> on its way back (resharding)
         self.instances: list[Instance] = []
         for i in range(spec.instances):
             inst = Instance(i, spec.max_seqs, spec.kv_tokens, spec.devices_per_instance, cost,
@@ -204,7 +208,8 @@ class Cluster(Body):
     def run(self) -> None:
         el = set(self.spec.elastic)
         specs = tuple(E.InstanceSpec(i.id, i.max_seqs, i.kv_tokens, i.devices, i.id in el) for i in self.instances)
-        self.deliver(E.ClusterStarted(specs, self.trainer.devices, cost=self.cost.decode_cost()))
+        self.deliver(E.ClusterStarted(specs, self.trainer.devices, cost=self.cost.decode_cost(), lend=self.lendable,
+                                      train_cost=self.cost.train_cost()))
         self._schedule_faults()
         if self.imbalance is not None and self.imbalance.active():
             self._redraw_later(self.imbalance.cfg.redraw_s)
@@ -254,7 +259,7 @@ class Cluster(Body):
         progress = (len(self.pid_of), self.trainer.steps_done)
         if progress != self._idle_progress:
             self._idle_progress, self._idle_since = progress, now
-        down = any(not i.alive for i in self.instances)
+        down = any(not i.alive and i.id not in self.lent_ids for i in self.instances)
         if not down or now - self._idle_since > 10 * self.faults.repair_s:
             raise RuntimeError(self._stall_message())
 
@@ -293,6 +298,10 @@ class Cluster(Body):
     def _fail(self, iid: int, now: float) -> None:
         """Instance `iid` dies: everything on it or headed to it is lost; back after repair_s."""
         inst = self.instances[iid]
+        if iid in self.lent_ids:  # its devices train: no rollout instance to fail; the next draw stands
+            if self.faults.mtbf_s > 0:
+                self._fail_later(now + self.draws.time_to_failure(), iid)
+            return
         if not inst.alive:
             return  # already down
         self.failures += 1
@@ -455,6 +464,42 @@ class Cluster(Body):
                                    f"with {len(other)} trajectories of other versions")
         on_trainer = self.spec.colocated or a.instance in self.spec.elastic  # the weights are on these devices
         inst.request_load(a.version, a.mode, a.evict, self._reshard_s if on_trainer else self.wsync.load_s, now)
+
+    def _lend(self, a: A.LendInstance, now: float) -> None:
+        inst = self.instances[a.instance]
+        if not self.lendable:
+            raise RuntimeError(f"policy bug: lent instance {a.instance}, but this run cannot lend (ClusterStarted.lend)")
+        if self.trainer.busy:
+            raise RuntimeError(f"policy bug: lent instance {a.instance} while the trainer is busy")
+        if (not inst.alive or inst.n or inst.waiting or inst.tooling or inst.loading >= 0 or inst.load_req is not None
+                or self.interrupted.get(inst.id)):
+            raise RuntimeError(f"policy bug: lent instance {a.instance}, which is not drained")
+        inst.fail(now)  # stops serving: nothing on it to lose
+        self.wsync.forget(inst.id)
+        self.lent_ids[inst.id] = False
+        self.trainer.lent += inst.devices
+        instance_row(self.log, now, "lend", inst.id, tokens=inst.devices)
+
+    def _take_back(self, a: A.ReturnInstance, now: float) -> None:
+        iid = a.instance
+        inst = self.instances[iid]
+        if self.lent_ids.get(iid, True):
+            raise RuntimeError(f"policy bug: took back instance {iid}, which is not lent (or already on its way back)")
+        if self.trainer.busy:
+            raise RuntimeError(f"policy bug: took back instance {iid} while the trainer is busy")
+        self.trainer.lent -= inst.devices
+        self.lent_ids[iid] = True
+        version = self.trainer.version  # its devices hold the newest weights: an on-device reshard
+        dt = self.cost.colocated_reshard_s
+        back = now + dt
+
+        def returned() -> None:
+            del self.lent_ids[iid]
+            inst.recover(back, version)
+            instance_row(self.log, back, "return", iid, version, dur_s=dt)
+            self.deliver(E.InstanceReturned(iid, version))
+
+        self._background(back, iid, returned)
 
     def _host_slowdown(self, g: float, now: float) -> None:
         """Shared host: every engine's steps from now on run g times slower than its own speed."""

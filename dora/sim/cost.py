@@ -20,6 +20,8 @@ A finished trajectory's result reaches the policy request_latency_s after its la
 poll in a real executor; 0 by default, calibrated from a real run's request stamps).
 
 A trainer step on T tokens over d devices takes train_base_s + train_device_s_per_token*T/d.
+When the devices it trains on change (rollout instances lent to it or taken back), its next step
+starts trainer_resize_s later.
 
 Shared host (host_cores > 0; an executor whose engines and trainer share one machine's cores, as
 on a CPU test box): while the trainer trains, it and the k engines that hold trajectories share
@@ -35,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dora.errors import InputError, too_small
-from dora.sched.costs import DecodeCost
+from dora.sched.costs import DecodeCost, TrainCost
 
 
 MAX_COEF = 1e9  # seconds (30 years): above it, simulated clocks lose their precision
@@ -60,6 +62,7 @@ class CostModel:
     publish_s: float = 0.6527  # trainer-side: gather and publish a version
     train_base_s: float = 3.0  # per trainer step (optimizer, sync)
     train_device_s_per_token: float = 7.030e-5  # device-seconds per trained token (fwd+bwd+logprob)
+    trainer_resize_s: float = 31.22  # the trainer's devices change: state resharded, data-parallel group re-formed
     request_latency_s: float = 0.0  # per request, outside engine steps: dispatch -> engine + result -> policy
     host_cores: float = 0.0  # engines and trainer share this many cores (0: own devices each)
     moe_imbalance_cv: float = -1.0  # per-instance slowdown CV; -1 = take it from the trace metadata
@@ -69,7 +72,7 @@ class CostModel:
         """Coefficients in [0, MAX_COEF] (seconds, or cores for host_cores)."""
         for name in ("decode_base_s", "decode_expert_s", "decode_per_seq_s", "decode_per_ctx_token_s", "prefill_per_token_s",
                      "kv_transfer_base_s", "kv_transfer_per_token_s", "weight_load_s", "colocated_reshard_s",
-                     "publish_s", "train_base_s", "train_device_s_per_token", "request_latency_s",
+                     "publish_s", "train_base_s", "train_device_s_per_token", "trainer_resize_s", "request_latency_s",
                      "host_cores"):
             v = getattr(self, name)
             if not 0 <= v <= MAX_COEF:
@@ -110,6 +113,10 @@ class CostModel:
         return DecodeCost(self.decode_base_s, self.decode_expert_s, self.expert_touch, self.decode_per_seq_s,
                           self.decode_per_ctx_token_s, self.prefill_per_token_s, self.kv_transfer_base_s,
                           self.kv_transfer_per_token_s, self.weight_load_s)
+
+    def train_cost(self) -> TrainCost:
+        """The trainer's step model a scheduler is given."""
+        return TrainCost(self.train_base_s, self.train_device_s_per_token, self.publish_s, self.trainer_resize_s)
 
     def kv_transfer_s(self, ctx_tokens: int) -> float:
         return self.kv_transfer_base_s + self.kv_transfer_per_token_s * ctx_tokens

@@ -21,6 +21,8 @@ N = active params − input embedding (the matmul parameters a token goes throug
     colocated_reshard_s      = W / (k·NVLink/2) + handover_s   (NVLink figures are bidirectional)
     publish_s                = W / (publish_devices·NIC) + handover_s
     train_base_s             = train_base_s (assumption)
+    trainer_resize_s         = 16·P / (publish_devices·NIC) + regroup_s   (the training state,
+                               16 bytes a parameter, moved once; regroup_s an assumption)
     train_device_s_per_token = 8·N / (bf16 peak·η_train)   (6N forward+backward, 2N old-policy logprob)
 
 Not modelled: attention FLOPs in prefill and training (they grow with context; for long
@@ -166,6 +168,8 @@ ASSUMPTIONS = {
     "kv_transfer_base_s": (0.005, "per-migration setup of a KV transfer (connection, block table); calibrate"),
     "train_base_s": (3.0, "per trainer step fixed cost (optimizer step, gradient sync, launch); not derived: "
                           "calibrate"),
+    "regroup_s": (30.0, "re-forming the trainer's data-parallel group when rollout devices join or leave it "
+                        "(communicators, process groups); not derived, conservative: calibrate"),
 }
 
 
@@ -236,6 +240,9 @@ def derivation(hardware: str, model: str, devices_per_instance: int = 0) -> tupl
         ("publish_s", w / (pd * nic) + ho,
          f"W / (publish_devices x NIC) + handover = {w / 1e9:.1f} GB / ({pd} x {hw.nic_gb_s:g} GB/s) + {ho:g} s"),
         ("train_base_s", _a("train_base_s"), "assumption train_base_s"),
+        ("trainer_resize_s", 16 * m.params_b * 1e9 / (pd * nic) + _a("regroup_s"),
+         f"16P / (publish_devices x NIC) + regroup = {16 * m.params_b:.0f} GB / ({pd} x {hw.nic_gb_s:g} GB/s) + "
+         f"{_a('regroup_s'):g} s"),
         ("train_device_s_per_token", 8 * n / (hw.bf16_tflops * 1e12 * eta_tr),
          f"8N / (peak x eta_train) = 8 x {n / 1e9:.2f}e9 / ({hw.bf16_tflops:g} TFLOP/s x {eta_tr:g})"),
     ]

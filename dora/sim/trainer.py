@@ -13,7 +13,8 @@ from dora.sim.order import TRAINER
 class Trainer:
     """Steps take train_base_s + train_device_s_per_token * tokens / devices; publication
     takes publish_s (colocated: the weights stay on the devices, the reshard is paid by
-    the instances' loads instead).
+    the instances' loads instead). Rollout instances lent to it (`lent`: their devices) train
+    with it; a step on other devices than the last one starts trainer_resize_s late.
 
     Restarts (`restart_at`): a crash during a step loses it; the step is redone in full
     after `restart_s` from the last checkpoint, on the same data (no group trained twice or
@@ -25,6 +26,8 @@ class Trainer:
                  on_published: Callable[[int], None],
                  restart_at: Sequence[float] = (), restart_s: float = 0.0):
         self.devices = devices
+        self.lent = 0  # devices of rollout instances lent to it
+        self._last_devices = devices  # devices of the last step
         self.cost = cost
         self.colocated = colocated
         self.log = log
@@ -37,7 +40,7 @@ class Trainer:
         self.down_until = 0.0  # restarting until then
         self.phase = ""  # "" idle | "train" | "publish"
         self.token = 0  # invalidates the end of a step or publication cut by a crash
-        self.step: tuple[float, int] = (0.0, 0)  # (duration, tokens) of the step in progress
+        self.step: tuple[float, int, int] = (0.0, 0, 0)  # (duration, tokens, lent devices) of the step in progress
         self.speed = 1.0  # slowdown of the next step (a shared host's contention; set by the cluster)
         self.on_trained: Callable[[float], None] | None = None  # called when a step's compute ends
         for t in sorted(restart_at):
@@ -50,12 +53,15 @@ class Trainer:
         self.busy = True
         tokens = sum(r[3] for r in rows)
         train_rows(self.log, now, self.version, rows, tokens)
-        dt = self.cost.train_s(tokens, self.devices) * self.speed
-        self.step = (dt, tokens)
-        self._begin_step(max(now, self.down_until))
+        devices = self.devices + self.lent
+        dt = self.cost.train_s(tokens, devices) * self.speed
+        resize = self.cost.trainer_resize_s if devices != self._last_devices else 0.0
+        self._last_devices = devices
+        self.step = (dt, tokens, self.lent)
+        self._begin_step(max(now, self.down_until) + resize)
 
     def _begin_step(self, t0: float) -> None:
-        dt, tokens = self.step
+        dt, tokens, _ = self.step
         self.phase = "train"
         tok = self.token
         end = t0 + dt
@@ -64,7 +70,10 @@ class Trainer:
     def _end(self, tok: int, now: float, dt: float, tokens: int) -> None:
         if tok != self.token:
             return
-        trainer_row(self.log, now, "train_end", self.version, tokens=tokens, dur_s=dt, busy_s=dt * self.devices)
+        lent = self.step[2]
+        trainer_row(self.log, now, "train_end", self.version, tokens=tokens, dur_s=dt, busy_s=dt * (self.devices + lent))
+        if lent:  # the share of that compute on lent rollout devices
+            trainer_row(self.log, now, "train_lent", self.version, tokens=lent, busy_s=dt * lent)
         if self.on_trained is not None:
             self.on_trained(now)
         pub = 0.0 if self.colocated else self.cost.publish_s

@@ -85,6 +85,12 @@ class Case:
                 f"prompt_len={t.prompt_len[:: t.group_size].tolist()}, data={self.data!r})")
 
 
+def _trainer_devices(draw) -> dict:
+    """dora's elastic trainer (it lends its devices) or lending (it borrows rollout ones), not both."""
+    which = draw(st.sampled_from(["neither", "elastic_trainer", "lend_trainer"]))
+    return {"elastic_trainer": which == "elastic_trainer", "lend_trainer": which == "lend_trainer"}
+
+
 def _policy_knobs(draw, policy: str) -> dict:
     if policy == "sync":
         return {"sync": {"colocated": draw(st.booleans())}}
@@ -106,7 +112,7 @@ def _policy_knobs(draw, policy: str) -> dict:
                          "predictor": draw(st.sampled_from(["history", "none"])),
                          "max_regenerations": draw(st.integers(0, 2)),
                          "widen_max": draw(st.sampled_from([1.0, 1.5, 3.0])), "cohort_check": draw(st.booleans()),
-                         "tool_calls": draw(st.booleans()), "elastic_trainer": draw(st.booleans())}}
+                         "tool_calls": draw(st.booleans()), **_trainer_devices(draw)}}
     return {}
 
 
@@ -128,7 +134,8 @@ def cases(draw, policy: str, multi_turn: bool = False) -> Case:
                     "max_seqs": draw(st.integers(min_seqs, 16)),
                     "kv_tokens": max(2, need * draw(st.sampled_from([1, 2, 100]))),
                     "trainer_devices": draw(st.integers(1, 8))},
-        "cost": {"moe_imbalance_cv": draw(st.sampled_from([0.0, 0.3]))},
+        "cost": {"moe_imbalance_cv": draw(st.sampled_from([0.0, 0.3])),
+                 "trainer_resize_s": draw(st.sampled_from([0.0, 1.0, 31.22]))},
         "policy": {"eta": eta, "batch_size": batch,
                    "group_size": draw(st.sampled_from([0, trace.group_size])), **_policy_knobs(draw, policy)},
     }

@@ -50,7 +50,25 @@ def test_leave_returns_tokens_and_finish_learns_the_speed():
     p.join(1, 1, 10, 0.0, 0.0)
     p.finish(1, 100, 300.0)  # the clock counted 200 steps, it made 100: twice as slow as modelled
     assert p.f[1] == pytest.approx(math.exp(0.3 * (100 / 256) * math.log(2.0)))  # LEARN 0.3 × 100/256
+    assert p.speed[1] == pytest.approx(p.f[1])  # alone, both learn the same
     assert p.f[0] == 1.0
+
+
+def test_finishes_together_move_speed_towards_what_they_saw_and_f_by_it_each():
+    """Eight trajectories on one instance from t = 0 (a step: 1 + 8·0.5 = 5 s), all finishing at
+    300 s with 30 tokens: the clock counted 60 steps for each, twice what they made. Each finish
+    moves log f by w·log 2, w = 0.3·30/256: eight together move it by 8·w·log 2 (compounded).
+    Each sees a factor of 2 (300 s over the 150 modelled seconds their 30 steps take at f = 1), and
+    moves log speed a share w of the way to log 2: after eight, (1 - (1 - w)^8)·log 2, less than f moved."""
+    p = _prog()
+    for t in range(8):
+        p.join(t, 0, 10, 0.0, 0.0)
+    for t in range(8):
+        p.finish(t, 30, 300.0)
+    w = 0.3 * 30 / 256
+    assert p.f[0] == pytest.approx(math.exp(8 * w * math.log(2.0)))
+    assert p.speed[0] == pytest.approx(math.exp((1 - (1 - w) ** 8) * math.log(2.0)))
+    assert p.speed[0] < p.f[0]
 
 
 def test_most_made_is_the_max_over_generated():

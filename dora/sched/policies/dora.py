@@ -42,6 +42,9 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
   trajectory waiting for a tool call makes no tokens (its progress stops) and leaves the
   decode batch, so its slot is lent to new groups until the call ends; the instance may then
   hold more trajectories than slots, the returning one queueing as the engine queues it.
+- Lending (knob `lend_trainer`, `dora.sched.lending`): while the trainer sets the pace, drained
+  rollout instances are lent to it (their devices shorten its steps) where the capacity left
+  keeps up and the saving repays the trainer's resize; taken back when a step waits.
 - Elastic trainer devices (knob, LongCat's elastic colocation): while the trainer waits for
   data, its devices run rollout instances of the newest version (taking the new weights by
   an on-device reshard); when a step starts their trajectories migrate to the regular
@@ -56,6 +59,7 @@ from mypy_extensions import mypyc_attr
 from dora.sched.calibration import RemainderCalibration
 from dora.sched.cohort import VersionCohorts
 from dora.sched.config import PolicyConfig
+from dora.sched.lending import Lending
 from dora.sched.policies.dora_config import DoraConfig
 from dora.sched.pace import TrainerPace
 from dora.sched.predictor import LengthPredictor
@@ -78,6 +82,7 @@ class DoraPolicy(StreamingPolicy):
         super().__init__(cfg)
         dc: DoraConfig = cfg.dora
         self.elastic = dc.elastic_trainer
+        self.lends = dc.lend_trainer
         self.dc = dc
         self.vpi = dc.versions_per_instance
         self.pred = LengthPredictor() if dc.predictor == "history" else None
@@ -92,6 +97,7 @@ class DoraPolicy(StreamingPolicy):
         self._c = 1.0  # its factor, as of the current consolidation pass
         self._widen = dc.consolidate and dc.widen_max > 1 and self.pred is not None  # the calibration is kept and applied
         self.cohorts = VersionCohorts() if dc.cohort_check else None  # each version's finished and running lengths
+        self.lending: Lending | None = None  # instances lent to the trainer (lend_trainer, where the body can)
 
     # ---- serving and placement --------------------------------------------------------------------
     def on_start(self) -> None:
@@ -101,6 +107,8 @@ class DoraPolicy(StreamingPolicy):
         self._elastic = [i for i in self.view.instances.values() if i.elastic]
         self._cap_max = max(i.max_seqs for i in self.view.instances.values() if not i.elastic)
         self._slots_total = sum(i.max_seqs for i in self.view.instances.values() if not i.elastic)
+        if self.dc.lend_trainer and self.can_lend and self.train_cost is not None:
+            self.lending = Lending(self.view.cost, self.train_cost, self.view.trainer_devices)
         self.admit()
 
     def is_serving(self, inst: InstView) -> bool:
@@ -525,6 +533,9 @@ class DoraPolicy(StreamingPolicy):
     # ---- events -----------------------------------------------------------------------------------
     def on_published(self, version: int) -> None:
         self.pace.published(self.now)
+        if self.lending is not None:
+            self.lending.published(self.now)
+            self._lend_or_take_back()
         if self.cohorts is not None:
             self.cohorts.drop_before(version - self.eta - 2)
         self._incoming.clear()  # loads under way are of an older version now
@@ -533,6 +544,35 @@ class DoraPolicy(StreamingPolicy):
         self._shadow_bets()
         self.repartition()
         self.admit()
+
+    def _lend_or_take_back(self) -> None:
+        """The trainer is idle: lend drained instances to it, or take the lent ones back."""
+        lending, f = self.lending, self.prog.speed
+        assert lending is not None
+        L, use = lending.length_stats()
+        serving = [(i.id, i.devices, lending.rate(i.max_seqs, i.kv_tokens, f[i.id], L) if L > 0 else 0.0,
+                    not i.active and i.loading < 0, i.max_seqs)
+                   for i in self.view.instances.values() if i.alive and not i.elastic]
+        lend, back = lending.plan(self.B * (self.G or 1), self.G or 1, serving, use)
+        if back:
+            self._take_all_back()
+        if len(self.view.buffer) < self.B:
+            return  # no batch to start now: the trainer is about to wait, lend nothing
+        insts = self.view.instances
+        for iid in lend:
+            inst = insts[iid]
+            self.lend(inst)
+            lending.lent[iid] = inst.devices
+            self._slots_total -= inst.max_seqs
+
+    def _take_all_back(self) -> None:
+        lending = self.lending
+        assert lending is not None
+        for iid in list(lending.lent):
+            inst = self.view.instances[iid]
+            self.take_back(inst)
+            del lending.lent[iid]
+            self._slots_total += inst.max_seqs
 
     def _shadow_bets(self) -> None:
         """Keep the calibration current whether or not consolidation acts: bet on the oldest
@@ -559,6 +599,8 @@ class DoraPolicy(StreamingPolicy):
         t = self.view.trajs[traj]
         self.prog.finish(traj, t.tokens, self.now)
         self.calib.settle(traj, t.tokens, self.now)
+        if self.lending is not None:
+            self.lending.finished(t.tokens, self.view.groups[t.prompt_id].prompt_len)
         if self.cohorts is not None:
             self.cohorts.finish(t.version, t.tokens)
         if group_done is not None:
@@ -629,8 +671,13 @@ class DoraPolicy(StreamingPolicy):
         return False
 
     def on_trainer_idle(self) -> None:
-        """The trainer waits for data: its devices take the new weights (an on-device reshard)
-        and serve as rollout instances until the next step starts."""
+        """The trainer waits for data: the instances lent to it come back; with an elastic
+        trainer its devices take the new weights (an on-device reshard) and serve as rollout
+        instances until the next step starts."""
+        if self.lending is not None:
+            self.lending.waiting()
+            if self.lending.lent:
+                self._take_all_back()
         if not self.dc.elastic_trainer:
             return
         latest = self.view.latest_version
@@ -642,6 +689,10 @@ class DoraPolicy(StreamingPolicy):
         self._tick()
         self._vacate_elastic()
         self.pace.train_started(self.now)
+        if self.lending is not None:
+            v = self.view
+            self.lending.step_started(self.now, sum(g.prompt_len * g.size + sum(v.trajs[t].tokens for t in v.group_trajs(g))
+                                                    for g in batch))
         super().train_batch(batch)
 
     def _vacate_elastic(self) -> None:
