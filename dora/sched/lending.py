@@ -6,7 +6,8 @@ steps: a step on T tokens over d devices takes base + c·T/d (`TrainCost`, as th
 `Lending` decides at each publication which instances the trainer holds, from what the
 scheduler observes:
 
-- the pace: at each step start, how long the trainer waited since the last publication;
+- the pace (`TrainerPace`): at each step start, how long the trainer waited since the last
+  publication, against the step before;
 - the tokens each step trained (its groups' prompts and responses);
 - the rollout's capacity: an instance with S slots full completes S / (f·(L̄·step(S) + S·p·P̄))
   trajectories a second (`DecodeCost`; f its learned speed, `Progress.speed`; L̄ and P̄ the mean response and prompt
@@ -28,6 +29,7 @@ group at least.
 from __future__ import annotations
 
 from dora.sched.costs import DecodeCost, TrainCost
+from dora.sched.pace import TrainerPace
 
 _CALM = 2  # steps without a wait before lending
 _HORIZON = 8  # steps over which a lending's saving must repay its two resizes
@@ -38,9 +40,10 @@ _LENGTHS = 2048  # finished lengths kept (the latest)
 
 
 class Lending:
-    def __init__(self, cost: DecodeCost, train: TrainCost, trainer_devices: int) -> None:
+    def __init__(self, cost: DecodeCost, train: TrainCost, trainer_devices: int, pace: TrainerPace) -> None:
         self.cost = cost
         self.train = train
+        self.pace = pace  # the policy's, kept current by it
         self.trainer_devices = trainer_devices
         self.lent: dict[int, int] = {}  # lent instance -> its devices
         self.lengths: list[int] = []  # the latest finished response lengths (a ring)
@@ -49,9 +52,6 @@ class Lending:
         self.tokens = 0.0  # trained tokens of the last step
         self.calm = 0  # steps started in a row without a wait
         self.cooldown = 0  # steps left without lending
-        self._last_pub = -1.0  # time of the last publication (-1: none yet)
-        self._last_step = 0.0  # duration of the last step, start to publication
-        self._t0 = 0.0  # start of the current step
 
     # ---- observations ------------------------------------------------------------------------------
     def finished(self, response: int, prompt: int) -> None:
@@ -62,14 +62,13 @@ class Lending:
         self._next = (self._next + 1) % _LENGTHS
         self.mean_P = float(prompt) if self.mean_P == 0.0 else self.mean_P + _ALPHA * (prompt - self.mean_P)
 
-    def step_started(self, now: float, tokens: float) -> None:
-        """A trainer step starts on `tokens` trained tokens."""
+    def step_started(self, tokens: float) -> None:
+        """A trainer step starts on `tokens` trained tokens (after the pace saw it start)."""
         self.tokens = tokens
-        self._t0 = now
-        if self._last_pub < 0.0:
+        wait = self.pace.waited_s
+        if wait < 0.0:
             return  # the first step waits for the first batch
-        wait = now - self._last_pub
-        if wait > _WAIT_SHARE * max(self._last_step, 1e-9):
+        if wait > _WAIT_SHARE * max(self.pace.last_train_s, 1e-9):
             self.calm = 0
         else:
             self.calm += 1
@@ -81,10 +80,6 @@ class Lending:
         self.calm = 0
         if self.lent:
             self.cooldown = _COOLDOWN
-
-    def published(self, now: float) -> None:
-        self._last_step = now - self._t0
-        self._last_pub = now
 
     # ---- predictions -------------------------------------------------------------------------------
     def devices(self) -> int:

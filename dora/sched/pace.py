@@ -19,8 +19,11 @@ class TrainerPace:
         self.train_s = 0.0  # trainer step (start to publication), averaged over steps
         self.pace_s = 0.0  # publication interval, averaged over steps
         self.last_step_s = 0.0  # the last publication interval
+        self.last_train_s = 0.0  # the last step, start to publication
+        self.waited_s = -1.0  # how long the trainer waited since the last publication before this step (-1: the first)
         self.t0 = 0.0  # start of the current (or last) step
         self._last_pub = 0.0
+        self._published = False  # a version has been published
         self._idle_t = 0.0  # idle time is looked at up to here
         self.blocked_at = 0  # trainer version when a late group last held the trainer (0: never)
 
@@ -32,15 +35,17 @@ class TrainerPace:
         self._idle_t = now
 
     def train_started(self, now: float) -> None:
+        self.waited_s = now - self._last_pub if self._published else -1.0
         self.t0 = now
 
     def published(self, now: float) -> None:
         self._idle_t = now
-        step = now - self.t0
+        step = self.last_train_s = now - self.t0
         self.train_s = step if self.train_s == 0.0 else 0.5 * (self.train_s + step)
         self.last_step_s = now - self._last_pub
         self.pace_s = self.last_step_s if self.pace_s == 0.0 else 0.5 * (self.pace_s + self.last_step_s)
         self._last_pub = now
+        self._published = True
 
     def data_bound(self, version: int) -> bool:
         """At neither of the last two trainer versions did a late group hold the trainer (and the

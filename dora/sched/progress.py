@@ -16,7 +16,7 @@ same factor learned without that: each instance also keeps its clock in modelled
 f = 1) and in unpaused seconds, a finished trajectory's life in real over modelled seconds,
 scaled by counted over real steps, is the factor it observed, and `speed` moves towards that
 (finishes that observe the same factor leave it there). The clock and the decisions run on f;
-lending (`dora.sched.lending`) reads `speed`.
+lending (`dora.sched.lending`) reads `speed`, learned only when asked (`learn_speed`).
 A trajectory in a tool call (multi-turn; `tool_call` .. `tool_back`, from the body's tool-call
 events) is out of the batch: it keeps the tokens it has made and does not count as decoding.
 
@@ -35,8 +35,9 @@ class Progress:
     LEARN = 0.3  # weight of one finish in the speed-factor average
     CLAMP = 2.0  # one finish moves f by at most this factor
 
-    def __init__(self, cost: DecodeCost) -> None:
+    def __init__(self, cost: DecodeCost, learn_speed: bool = False) -> None:
         self.cost = cost
+        self.learn_speed = learn_speed  # keep `speed` (and the clocks it needs)
         # per instance (ids are dense)
         self.clock: list[float] = []  # decode steps done since the start
         self.t: list[float] = []  # time the clock was last brought up to date
@@ -80,8 +81,9 @@ class Progress:
         if now > self.t[iid]:
             if not self.paused[iid]:
                 dt = now - self.t[iid]
-                self.tau[iid] += dt / self.f[iid]
-                self.run[iid] += dt
+                if self.learn_speed:
+                    self.tau[iid] += dt / self.f[iid]
+                    self.run[iid] += dt
                 j = self.cost.steps_in(dt, self.n[iid], self.ctx[iid], self.f[iid])
                 if j > 0.0:
                     self.clock[iid] += j
@@ -104,13 +106,15 @@ class Progress:
             self.g0.append(0.0)
             self.plen.append(0)
             self.park.append(-1)
-            self.tau0.append(0.0)
-            self.run0.append(0.0)
+            if self.learn_speed:
+                self.tau0.append(0.0)
+                self.run0.append(0.0)
         self._advance(iid, now)
         self.inst[traj] = iid
         self.k0[traj] = self.clock[iid]
-        self.tau0[traj] = self.tau[iid]
-        self.run0[traj] = self.run[iid]
+        if self.learn_speed:
+            self.tau0[traj] = self.tau[iid]
+            self.run0[traj] = self.run[iid]
         self.g0[traj] = g0
         self.plen[traj] = plen
         self.n[iid] += 1
@@ -157,7 +161,7 @@ class Progress:
             ratio = min(max(counted / real, 1.0 / self.CLAMP), self.CLAMP)
             w = self.LEARN * min(real / 256.0, 1.0)  # short segments say little
             self.f[iid] *= math.exp(w * math.log(ratio))
-            modelled = self.tau[iid] - self.tau0[traj]
+            modelled = self.tau[iid] - self.tau0[traj] if self.learn_speed else 0.0
             if modelled > 0.0:
                 s = self.speed[iid]
                 seen = (self.run[iid] - self.run0[traj]) * counted / (modelled * real)  # the factor observed

@@ -192,9 +192,9 @@ def simulate(trace: Trace, cfg: SimConfig, name: str, progress: bool = True) -> 
     m["bound_fraction"] = m["e2e_samples_per_s"] / bound["bound_samples_per_s"]
     m["eta_bound_samples_per_s"] = eta_bound["eta_bound_samples_per_s"]
     m["eta_bound_fraction"] = m["e2e_samples_per_s"] / eta_bound["eta_bound_samples_per_s"]
-    lends = policy.lends and not colocated and not elastic and cfg.cost.host_cores == 0  # (as Cluster.lendable)
     placed = eta_bound["eta_bound_colocated" if colocated else "eta_bound_disaggregated" if elastic
-                       else "eta_bound_lending" if lends else "eta_bound_rollout_only"]  # the bound of this run's placement
+                       else "eta_bound_lending" if policy.lends and cluster.lendable
+                       else "eta_bound_rollout_only"]  # the bound of this run's placement
     m["eta_bound_placement_samples_per_s"] = placed
     m["eta_bound_placement_fraction"] = m["e2e_samples_per_s"] / placed
     m["sim_wall_s"] = wall

@@ -4,6 +4,7 @@ import pytest
 
 from dora.sched.costs import DecodeCost, TrainCost
 from dora.sched.lending import Lending
+from dora.sched.pace import TrainerPace
 
 # a decode step: 0.01 s whatever the batch; a trainer step on 1,000 tokens over d devices:
 # 2 + 10/d s, then 1 s to publish: 4.0 s on 10 devices, 3.8333 on 12, 3.7143 on 14
@@ -11,7 +12,8 @@ DECODE = DecodeCost(base_s=0.01, expert_s=0.0, per_seq_s=0.0, per_ctx_s=0.0, pre
 
 
 def _lending(resize: float = 0.5) -> Lending:
-    lend = Lending(DECODE, TrainCost(base_s=2.0, device_s_per_token=0.01, publish_s=1.0, resize_s=resize), 10)
+    lend = Lending(DECODE, TrainCost(base_s=2.0, device_s_per_token=0.01, publish_s=1.0, resize_s=resize), 10,
+                   TrainerPace(4, 1))
     lend.finished(100, 10)
     return lend
 
@@ -19,9 +21,10 @@ def _lending(resize: float = 0.5) -> Lending:
 def _calm(lend: Lending, steps: int = 3, t: float = 0.0) -> float:
     """`steps` steps of 4 s back to back (no wait); returns the time after the last publication."""
     for _ in range(steps):
-        lend.step_started(t, 1000.0)
+        lend.pace.train_started(t)
+        lend.step_started(1000.0)
         t += 4.0
-        lend.published(t)
+        lend.pace.published(t)
     return t
 
 
@@ -71,12 +74,13 @@ def test_a_wait_takes_the_lent_instances_back_then_a_cooldown():
     t = _calm(lend)
     lend.lent[2] = 2
     assert lend.devices() == 12
-    lend.step_started(t + 1.0, 1000.0)  # waited 1 s after a 4 s step: more than 5% of it
+    lend.pace.train_started(t + 1.0)  # waited 1 s after a 4 s step: more than 5% of it
+    lend.step_started(1000.0)
     assert lend.calm == 0
     serving = [(0, 2, 10.0, True, 10), (1, 2, 10.0, True, 10), (3, 2, 8.0, True, 10)]
     assert lend.plan(40, 4, serving, 0.5) == ([], True)
     lend.lent.clear()
-    lend.published(t + 5.0)
+    lend.pace.published(t + 5.0)
     t = _calm(lend, steps=3, t=t + 5.0)  # 3 calm steps; the cooldown of 4 is not over
     assert lend.plan(40, 4, serving + [(2, 2, 5.0, True, 10)], 0.5) == ([], False)
     _calm(lend, steps=1, t=t)

@@ -12,7 +12,7 @@ COST = DecodeCost(base_s=1.0, expert_s=0.0, per_seq_s=0.5, per_ctx_s=0.0)
 
 
 def _prog():
-    p = Progress(COST)
+    p = Progress(COST, learn_speed=True)
     p.add_instance(0)
     p.add_instance(1)
     return p

@@ -101,14 +101,15 @@ class DoraPolicy(StreamingPolicy):
 
     # ---- serving and placement --------------------------------------------------------------------
     def on_start(self) -> None:
-        self.prog = Progress(self.view.cost)
+        lends = self.dc.lend_trainer and self.can_lend
+        self.prog = Progress(self.view.cost, learn_speed=lends)
         for iid in self.view.instances:
             self.prog.add_instance(iid)
         self._elastic = [i for i in self.view.instances.values() if i.elastic]
         self._cap_max = max(i.max_seqs for i in self.view.instances.values() if not i.elastic)
         self._slots_total = sum(i.max_seqs for i in self.view.instances.values() if not i.elastic)
-        if self.dc.lend_trainer and self.can_lend and self.train_cost is not None:
-            self.lending = Lending(self.view.cost, self.train_cost, self.view.trainer_devices)
+        if lends and self.train_cost is not None:
+            self.lending = Lending(self.view.cost, self.train_cost, self.view.trainer_devices, self.pace)
         self.admit()
 
     def is_serving(self, inst: InstView) -> bool:
@@ -534,7 +535,6 @@ class DoraPolicy(StreamingPolicy):
     def on_published(self, version: int) -> None:
         self.pace.published(self.now)
         if self.lending is not None:
-            self.lending.published(self.now)
             self._lend_or_take_back()
         if self.cohorts is not None:
             self.cohorts.drop_before(version - self.eta - 2)
@@ -691,7 +691,7 @@ class DoraPolicy(StreamingPolicy):
         self.pace.train_started(self.now)
         if self.lending is not None:
             v = self.view
-            self.lending.step_started(self.now, sum(g.prompt_len * g.size + sum(v.trajs[t].tokens for t in v.group_trajs(g))
+            self.lending.step_started(sum(g.prompt_len * g.size + sum(v.trajs[t].tokens for t in v.group_trajs(g))
                                                     for g in batch))
         super().train_batch(batch)
 
