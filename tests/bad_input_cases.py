@@ -90,8 +90,6 @@ ROWS: list[Row] = [
     _r(SIM, "--set cluster.instances=many", "instances", *T, "--set", "cluster.instances=many", *OUTS),
     _r(SIM, "--set policy.dora.predictor=oracle", "predictor", *T, "--set", "policy.dora.predictor=oracle", *OUTS),
     _r(SIM, "--set cost.decode_base_s=-1", "decode_base_s", *T, "--set", "cost.decode_base_s=-1", *OUTS),
-    _r(SIM, "dora lending and an elastic trainer at once", "lend_trainer", *T, "--set", "policy.dora.lend_trainer=true",
-       "--set", "policy.dora.elastic_trainer=true", *OUTS),
     _r(SIM, "--set policies=[sync,sync]", "twice", *T, "--set", "policies=[sync,sync]", *OUTS),
     _r(SIM, "--set policy.laminar.repack_occupancy=0", "repack_occupancy", *T,
        "--set", "policy.laminar.repack_occupancy=0", *OUTS),

@@ -120,8 +120,8 @@ ABLATIONS: dict[str, list[str]] = {
     "widen_off": ["policy.dora.widen_max=1"],
     "tool_calls_off": ["policy.dora.tool_calls=false"],
     "cohort_check_on": ["policy.dora.cohort_check=true"],
-    "elastic_trainer_on": ["policy.dora.elastic_trainer=true"],
-    "lend_trainer_on": ["policy.dora.lend_trainer=true"],
+    "elastic_trainer_on": ["policy.dora.elastic_trainer=true"],  # (the simulator lends nothing beside elastic devices)
+    "lend_trainer_off": ["policy.dora.lend_trainer=false"],
     "versions_per_instance_2": ["policy.dora.versions_per_instance=2"],
 }
 

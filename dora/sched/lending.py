@@ -9,16 +9,23 @@ scheduler observes:
 - the pace (`TrainerPace`): at each step start, how long the trainer waited since the last
   publication, against the step before;
 - the tokens each step trained (its groups' prompts and responses);
+- each step's deadline slack: how long before the step started the last group of the version it
+  must take last (its version − η) completed. Steps shorter by Δ each bring that deadline η·Δ
+  closer, so a step may shrink by at most the least slack of the latest `_SLACKS` steps over η:
+  beyond it the tails, not the trainer, pace the run (on light_tail at 64 instances with light
+  load the trainer's batch was always there, yet groups at their deadline held the lent steps);
 - the rollout's capacity: an instance with S slots full completes S / (f·(L̄·step(S) + S·p·P̄))
   trajectories a second (`DecodeCost`; f its learned speed, `Progress.speed`; L̄ and P̄ the mean response and prompt
   of the trajectories finished lately; S its slots, or what its KV cache holds at that context).
 
-It lends drained instances, slowest first, when no step waited over the last `_CALM` steps, the
-instances left still make a batch at least as fast as the trainer trains it on the larger device
-count, and the time the steps save over the next `_HORIZON` steps exceeds the resize twice (now,
-and when it takes them back). The instances' capacity counts their slots as full for a share
-L̄ / L₉₀ of the time (the mean over the 90th percentile of the lengths finished lately: a slot whose
-trajectory ends early stands empty until its batch's longer ones end). It takes every lent
+It lends drained instances, slowest first, when no step waited over the last `_CALM` steps, a
+step has met a deadline (η steps into the run), the instances left still make a batch at least
+as fast as the trainer trains it on the larger device count, and the time the steps save over
+the next `_HORIZON` steps, no more than the slack allows each, exceeds the resize twice (now, and
+when it takes them back); it lends no more instances than reach the slack's limit. The
+instances' capacity counts their slots as full for a share L̄ / L₉₀ of the time (the mean over
+the 90th percentile of the lengths finished lately: a slot whose trajectory ends early stands
+empty until its batch's longer ones end). It takes every lent
 instance back as soon as the trainer waits for data (`waiting`, at once) or a step waited longer
 than `_WAIT_SHARE` of the step before it: what it observes, not its estimate, which moves with the
 speeds it learns (a take-back on the estimate alone returned instances the trainer had not yet
@@ -37,6 +44,7 @@ _WAIT_SHARE = 0.05  # a wait longer than this share of a step takes the lent ins
 _COOLDOWN = 4  # steps after a take-back without lending
 _ALPHA = 0.002  # weight of one finished trajectory in the running mean prompt
 _LENGTHS = 2048  # finished lengths kept (the latest)
+_SLACKS = 16  # steps whose deadline slack is kept (the latest)
 
 
 class Lending:
@@ -52,6 +60,8 @@ class Lending:
         self.tokens = 0.0  # trained tokens of the last step
         self.calm = 0  # steps started in a row without a wait
         self.cooldown = 0  # steps left without lending
+        self.done_at: dict[int, float] = {}  # version -> when its last group so far completed
+        self.slacks: list[float] = []  # the latest steps' deadline slacks (seconds)
 
     # ---- observations ------------------------------------------------------------------------------
     def finished(self, response: int, prompt: int) -> None:
@@ -62,9 +72,21 @@ class Lending:
         self._next = (self._next + 1) % _LENGTHS
         self.mean_P = float(prompt) if self.mean_P == 0.0 else self.mean_P + _ALPHA * (prompt - self.mean_P)
 
-    def step_started(self, tokens: float) -> None:
-        """A trainer step starts on `tokens` trained tokens (after the pace saw it start)."""
+    def group_done(self, version: int, now: float) -> None:
+        """A group of `version` completed."""
+        self.done_at[version] = now
+
+    def step_started(self, tokens: float, version: int, now: float) -> None:
+        """A trainer step starts on `tokens` trained tokens, training `version` (after the pace saw
+        it start). The groups of `version` − η are at their last step: how long ago the last of
+        them completed is the step's deadline slack."""
         self.tokens = tokens
+        last = version - self.pace.eta
+        if last in self.done_at:
+            self.slacks.append(max(now - self.done_at.pop(last), 0.0))
+            del self.slacks[:-_SLACKS]
+        for old in [v for v in self.done_at if v < last]:
+            del self.done_at[old]
         wait = self.pace.waited_s
         if wait < 0.0:
             return  # the first step waits for the first batch
@@ -123,12 +145,17 @@ class Lending:
             return [], False
         capacity = use * sum(x[2] for x in serving)
         slots = sum(x[4] for x in serving)
+        if not self.slacks:
+            return [], False  # no step has met a deadline yet
         now_s = self.step_s(d)
+        floor = now_s - min(self.slacks) / max(self.pace.eta, 1)  # shorter steps bring late groups
         take: list[int] = []
         best = now_s
         for iid, dev, r, drained, n in sorted(serving, key=lambda x: x[2]):  # slowest first
             if not drained:
                 continue
+            if best <= floor:
+                break  # the tails pace the steps from here: more devices save nothing
             capacity -= use * r
             d += dev
             slots -= n
@@ -136,6 +163,6 @@ class Lending:
                 break
             take.append(iid)
             best = self.step_s(d)
-        if not take or (now_s - best) * _HORIZON <= 2.0 * self.train.resize_s:
+        if not take or (now_s - max(best, floor)) * _HORIZON <= 2.0 * self.train.resize_s:
             return [], False
         return take, False

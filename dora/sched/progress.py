@@ -11,12 +11,14 @@ length; the steps the clock counted for it over the steps it really took is how 
 (> 1) or faster than assumed the instance ran, and f moves by that ratio (a log-space step).
 Trajectories finishing together each move f by the same ratio, so a burst of finishes compounds
 one correction: where groups run in lockstep (short uniform lengths, 64 trajectories to an
-instance) f overshoots and swings, by factors up to 10^5 (docs/dora_policy.md). `speed` is the
-same factor learned without that: each instance also keeps its clock in modelled seconds (at
-f = 1) and in unpaused seconds, a finished trajectory's life in real over modelled seconds,
-scaled by counted over real steps, is the factor it observed, and `speed` moves towards that
-(finishes that observe the same factor leave it there). The clock and the decisions run on f;
-lending (`dora.sched.lending`) reads `speed`, learned only when asked (`learn_speed`).
+instance) f overshoots and swings; unbounded, by factors up to 10^5 (docs/dora_policy.md).
+`speed` is the same factor learned without that: each instance also keeps its clock in modelled
+seconds (at f = 1) and in unpaused seconds, a finished trajectory's life in real over modelled
+seconds, scaled by counted over real steps, is the factor it observed, and `speed` moves towards
+that (finishes that observe the same factor leave it there). f stays within a factor F_MAX of
+`speed`: the scale of a cost model far from the body (the executor passes none, and defaults
+stand in) is `speed`'s to absorb, and f's swings stop at F_MAX of it. The clock and the
+decisions run on f; lending (`dora.sched.lending`) reads `speed`.
 A trajectory in a tool call (multi-turn; `tool_call` .. `tool_back`, from the body's tool-call
 events) is out of the batch: it keeps the tokens it has made and does not count as decoding.
 
@@ -34,10 +36,10 @@ from dora.sched.costs import DecodeCost
 class Progress:
     LEARN = 0.3  # weight of one finish in the speed-factor average
     CLAMP = 2.0  # one finish moves f by at most this factor
+    F_MAX = 4.0  # f stays within [speed / F_MAX, speed · F_MAX]
 
-    def __init__(self, cost: DecodeCost, learn_speed: bool = False) -> None:
+    def __init__(self, cost: DecodeCost) -> None:
         self.cost = cost
-        self.learn_speed = learn_speed  # keep `speed` (and the clocks it needs)
         # per instance (ids are dense)
         self.clock: list[float] = []  # decode steps done since the start
         self.t: list[float] = []  # time the clock was last brought up to date
@@ -81,9 +83,8 @@ class Progress:
         if now > self.t[iid]:
             if not self.paused[iid]:
                 dt = now - self.t[iid]
-                if self.learn_speed:
-                    self.tau[iid] += dt / self.f[iid]
-                    self.run[iid] += dt
+                self.tau[iid] += dt / self.f[iid]
+                self.run[iid] += dt
                 j = self.cost.steps_in(dt, self.n[iid], self.ctx[iid], self.f[iid])
                 if j > 0.0:
                     self.clock[iid] += j
@@ -106,15 +107,13 @@ class Progress:
             self.g0.append(0.0)
             self.plen.append(0)
             self.park.append(-1)
-            if self.learn_speed:
-                self.tau0.append(0.0)
-                self.run0.append(0.0)
+            self.tau0.append(0.0)
+            self.run0.append(0.0)
         self._advance(iid, now)
         self.inst[traj] = iid
         self.k0[traj] = self.clock[iid]
-        if self.learn_speed:
-            self.tau0[traj] = self.tau[iid]
-            self.run0[traj] = self.run[iid]
+        self.tau0[traj] = self.tau[iid]
+        self.run0[traj] = self.run[iid]
         self.g0[traj] = g0
         self.plen[traj] = plen
         self.n[iid] += 1
@@ -160,12 +159,14 @@ class Progress:
         if counted > 1.0 and real > 1.0:
             ratio = min(max(counted / real, 1.0 / self.CLAMP), self.CLAMP)
             w = self.LEARN * min(real / 256.0, 1.0)  # short segments say little
-            self.f[iid] *= math.exp(w * math.log(ratio))
-            modelled = self.tau[iid] - self.tau0[traj] if self.learn_speed else 0.0
+            f = self.f[iid] * math.exp(w * math.log(ratio))
+            modelled = self.tau[iid] - self.tau0[traj]
             if modelled > 0.0:
                 s = self.speed[iid]
                 seen = (self.run[iid] - self.run0[traj]) * counted / (modelled * real)  # the factor observed
                 self.speed[iid] = s * math.exp(w * math.log(min(max(seen / s, 1.0 / self.CLAMP), self.CLAMP)))
+            s = self.speed[iid]
+            self.f[iid] = min(max(f, s / self.F_MAX), s * self.F_MAX)
         self.leave(traj, now)
 
     def tool_call(self, traj: int, now: float) -> None:

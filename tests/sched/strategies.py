@@ -86,9 +86,9 @@ class Case:
 
 
 def _trainer_devices(draw) -> dict:
-    """dora's elastic trainer (it lends its devices) or lending (it borrows rollout ones), not both."""
-    which = draw(st.sampled_from(["neither", "elastic_trainer", "lend_trainer"]))
-    return {"elastic_trainer": which == "elastic_trainer", "lend_trainer": which == "lend_trainer"}
+    """dora's elastic trainer (it lends its devices; the simulator then lends nothing to it) and
+    lending (it borrows rollout ones), each on or off."""
+    return {"elastic_trainer": draw(st.booleans()), "lend_trainer": draw(st.booleans())}
 
 
 def _policy_knobs(draw, policy: str) -> dict:

@@ -1,5 +1,7 @@
 """Lending: the decision to lend rollout instances to the trainer, hand-computed."""
 
+import itertools
+
 import pytest
 
 from dora.sched.costs import DecodeCost, TrainCost
@@ -18,11 +20,23 @@ def _lending(resize: float = 0.5) -> Lending:
     return lend
 
 
-def _calm(lend: Lending, steps: int = 3, t: float = 0.0) -> float:
+_VERSIONS = itertools.count(10)  # trainer versions of the steps the tests start
+
+
+def _step(lend: Lending, t: float, slack: float | None = 100.0) -> None:
+    """A step starts at `t`; the last group of the version it takes last (its version - 4)
+    completed `slack` seconds before (None: no group of that version)."""
+    v = next(_VERSIONS)
+    lend.pace.train_started(t)
+    if slack is not None:
+        lend.group_done(v - 4, t - slack)
+    lend.step_started(1000.0, v, t)
+
+
+def _calm(lend: Lending, steps: int = 3, t: float = 0.0, slack: float | None = 100.0) -> float:
     """`steps` steps of 4 s back to back (no wait); returns the time after the last publication."""
     for _ in range(steps):
-        lend.pace.train_started(t)
-        lend.step_started(1000.0)
+        _step(lend, t, slack)
         t += 4.0
         lend.pace.published(t)
     return t
@@ -74,8 +88,7 @@ def test_a_wait_takes_the_lent_instances_back_then_a_cooldown():
     t = _calm(lend)
     lend.lent[2] = 2
     assert lend.devices() == 12
-    lend.pace.train_started(t + 1.0)  # waited 1 s after a 4 s step: more than 5% of it
-    lend.step_started(1000.0)
+    _step(lend, t + 1.0)  # waited 1 s after a 4 s step: more than 5% of it
     assert lend.calm == 0
     serving = [(0, 2, 10.0, True, 10), (1, 2, 10.0, True, 10), (3, 2, 8.0, True, 10)]
     assert lend.plan(40, 4, serving, 0.5) == ([], True)
@@ -113,3 +126,43 @@ def test_the_instances_left_keep_a_group_of_slots():
     serving = [(0, 2, 10.0, True, 10), (1, 2, 10.0, True, 10), (2, 2, 5.0, True, 10), (3, 2, 8.0, True, 10)]
     assert lend.plan(40, 31, serving, 0.5) == ([], False)
     assert lend.plan(40, 30, serving, 0.5) == ([2], False)
+
+
+def test_the_deadline_slack_is_how_long_before_the_step_its_last_group_completed():
+    """η = 4: the step training version 14 takes version 10's groups last; the last of them
+    completed at 12 s, the step starts at 20 s: 8 s of slack. Older versions are dropped."""
+    lend = _lending()
+    lend.group_done(9, 1.0)
+    lend.group_done(10, 10.0)
+    lend.group_done(10, 12.0)
+    lend.group_done(11, 15.0)
+    lend.step_started(1000.0, 14, 20.0)
+    assert lend.slacks == [8.0] and list(lend.done_at) == [11]
+    lend.step_started(1000.0, 15, 14.0)  # (a group completing after its step started: no slack below 0)
+    assert lend.slacks == [8.0, 0.0]
+
+
+def test_no_lending_before_a_step_met_a_deadline():
+    lend = _lending()
+    _calm(lend, slack=None)
+    serving = [(0, 2, 10.0, True, 10), (1, 2, 10.0, True, 10), (2, 2, 5.0, True, 10), (3, 2, 8.0, True, 10)]
+    assert lend.calm == 2 and lend.plan(40, 4, serving, 0.5) == ([], False)
+
+
+def test_the_slack_bounds_how_much_shorter_the_steps_may_get():
+    """A step trains 10 trajectories: capacity allows lending three instances (the slowest first,
+    until the slots left would not hold a group of 4), 4.0 -> 3.625 s a step (16 devices). With
+    0.8 s of slack over η = 4 a step may shrink by 0.2 s, to 3.8 s: lending stops at the instance
+    that reaches it (14 devices, 3.7143 s), and saves 0.2 s a step, 1.6 s over 8 steps, more than
+    the two resizes (1 s). With 0.4 s of slack (down to 3.9 s) one instance reaches it, and 0.8 s
+    saved is less than the resizes: none."""
+    serving = [(0, 2, 10.0, True, 10), (1, 2, 10.0, True, 10), (2, 2, 5.0, True, 10), (3, 2, 8.0, True, 10)]
+    free = _lending()
+    _calm(free)
+    assert free.plan(10, 4, serving, 0.5) == ([2, 3, 0], False)
+    tight = _lending()
+    _calm(tight, slack=0.8)
+    assert tight.plan(10, 4, serving, 0.5) == ([2, 3], False)
+    tighter = _lending()
+    _calm(tighter, slack=0.4)
+    assert tighter.plan(10, 4, serving, 0.5) == ([], False)

@@ -103,10 +103,12 @@ def test_dora_versions_per_instance(small, small_trace):
 
 
 def test_dora_elastic_trainer(small, small_trace):
+    """Elastic trainer devices (lending on, the default): the simulator lends nothing beside them."""
     r = simulate(small, small_config(small_trace, **{"policy.dora.elastic_trainer": True}), "dora",
                  progress=False)
     m = r.metrics
     assert m["c1_violations"] == 0 and m["c3_violations"] == 0 and m["c2_lost"] == 0
+    assert not (r.events["event"] == "lend").any()
 
 
 def test_sync_disaggregated(small, small_trace):

@@ -12,7 +12,7 @@ COST = DecodeCost(base_s=1.0, expert_s=0.0, per_seq_s=0.5, per_ctx_s=0.0)
 
 
 def _prog():
-    p = Progress(COST, learn_speed=True)
+    p = Progress(COST)
     p.add_instance(0)
     p.add_instance(1)
     return p
@@ -69,6 +69,30 @@ def test_finishes_together_move_speed_towards_what_they_saw_and_f_by_it_each():
     assert p.f[0] == pytest.approx(math.exp(8 * w * math.log(2.0)))
     assert p.speed[0] == pytest.approx(math.exp((1 - (1 - w) ** 8) * math.log(2.0)))
     assert p.speed[0] < p.f[0]
+
+
+def test_f_stays_within_f_max_of_speed():
+    """Sixty-four trajectories on one instance from t = 0 finish together at 60 steps of 33 s
+    (1 + 64·0.5) with 30 tokens, each having counted twice its steps: each finish moves log f by
+    w·log 2 (w = 0.3·30/256), 64 of them to e^1.56 = 4.76, and log speed a share w of the way to
+    log 2, to 1.81; 4.76 is within F_MAX = 4 of 1.81. An instance whose f such bursts left at 64
+    while its speed is 1: a trajectory alone there for 100 steps of 1.5·64 s makes its 100 tokens
+    (f was right, ratio 1), speed moves towards the 64 it saw by at most a factor 2 per finish
+    (to 2^w, w = 0.3·100/256), and f comes down to 4·2^w."""
+    p = _prog()
+    for t in range(64):
+        p.join(t, 0, 10, 0.0, 0.0)
+    for t in range(64):
+        p.finish(t, 30, 60 * 33.0)
+    w = 0.3 * 30 / 256
+    assert p.speed[0] == pytest.approx(math.exp((1 - (1 - w) ** 64) * math.log(2.0)))
+    assert p.f[0] == pytest.approx(math.exp(64 * w * math.log(2.0)))
+    p.f[1] = 64.0
+    p.join(100, 1, 10, 0.0, 0.0)
+    p.finish(100, 100, 100 * 1.5 * 64)
+    w = 0.3 * 100 / 256
+    assert p.speed[1] == pytest.approx(2.0 ** w)
+    assert p.f[1] == pytest.approx(p.F_MAX * 2.0 ** w)
 
 
 def test_most_made_is_the_max_over_generated():

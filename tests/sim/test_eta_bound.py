@@ -43,7 +43,7 @@ def trace_of(lengths: list[list[int]], prompt_len: int = 1, turns: list[list[int
 
 
 POLICY_RUNS = (("sync", {}), ("one_step", {}), ("partial", {}), ("laminar", {}), ("dora", {}),
-               ("laminar", {"laminar": {"repack": False}}), ("dora", {"dora": {"lend_trainer": True}}),
+               ("laminar", {"laminar": {"repack": False}}), ("dora", {"dora": {"lend_trainer": False}}),
                ("dora", {"dora": {"max_regenerations": 1}}), ("dora", {"dora": {"elastic_trainer": True}}))
 MAY_REGENERATE = 7  # POLICY_RUNS from here on may regenerate groups (an assumption of the bound)
 

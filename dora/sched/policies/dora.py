@@ -44,7 +44,8 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
   hold more trajectories than slots, the returning one queueing as the engine queues it.
 - Lending (knob `lend_trainer`, `dora.sched.lending`): while the trainer sets the pace, drained
   rollout instances are lent to it (their devices shorten its steps) where the capacity left
-  keeps up and the saving repays the trainer's resize; taken back when a step waits.
+  keeps up, the groups at their staleness deadline leave the steps room to shrink, and the
+  saving repays the trainer's resize; taken back when a step waits.
 - Elastic trainer devices (knob, LongCat's elastic colocation): while the trainer waits for
   data, its devices run rollout instances of the newest version (taking the new weights by
   an on-device reshard); when a step starts their trajectories migrate to the regular
@@ -102,7 +103,7 @@ class DoraPolicy(StreamingPolicy):
     # ---- serving and placement --------------------------------------------------------------------
     def on_start(self) -> None:
         lends = self.dc.lend_trainer and self.can_lend
-        self.prog = Progress(self.view.cost, learn_speed=lends)
+        self.prog = Progress(self.view.cost)
         for iid in self.view.instances:
             self.prog.add_instance(iid)
         self._elastic = [i for i in self.view.instances.values() if i.elastic]
@@ -605,6 +606,8 @@ class DoraPolicy(StreamingPolicy):
             self.cohorts.finish(t.version, t.tokens)
         if group_done is not None:
             self._tick(1)
+            if self.lending is not None:
+                self.lending.group_done(group_done.version, self.now)
         pred = self.pred
         if pred is not None:
             pred.observe(t.prompt_id, t.tokens, inst.id, self.now - t.t_start)
@@ -692,7 +695,7 @@ class DoraPolicy(StreamingPolicy):
         if self.lending is not None:
             v = self.view
             self.lending.step_started(sum(g.prompt_len * g.size + sum(v.trajs[t].tokens for t in v.group_trajs(g))
-                                                    for g in batch))
+                                          for g in batch), v.trainer_version, self.now)
         super().train_batch(batch)
 
     def _vacate_elastic(self) -> None:

@@ -28,7 +28,7 @@ class DoraConfig:
     max_regenerations: int = 0  # stale aborts per group; after that the trainer waits for it
     tool_calls: bool = True  # a trajectory in a tool call counts as not decoding and lends its slot to new groups
     elastic_trainer: bool = False  # trainer devices generate while the trainer waits for data
-    lend_trainer: bool = False  # drained rollout instances train while the trainer sets the pace
+    lend_trainer: bool = True  # drained rollout instances train while the trainer sets the pace, where the body can lend (not beside elastic trainer devices)
 
     def validate(self) -> None:
         if not 0 <= self.repartition_load <= 1:
@@ -39,8 +39,5 @@ class DoraConfig:
             raise too_small("max_regenerations", self.max_regenerations, 0)
         if not self.widen_max >= 1:
             raise too_small("widen_max", self.widen_max, 1)
-        if self.lend_trainer and self.elastic_trainer:
-            raise InputError("lend_trainer and elastic_trainer: the trainer lends its devices or borrows rollout "
-                             "ones, not both; set one of them to false")
         if self.versions_per_instance < 1:
             raise too_small("versions_per_instance", self.versions_per_instance, 1)
