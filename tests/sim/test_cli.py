@@ -37,8 +37,10 @@ def test_all_policies_table_and_json(small_trace, tmp_path, capsys):
             assert extra in r["metrics"]
         assert r["metrics"]["e2e_samples_per_s"] <= r["metrics"]["eta_bound_samples_per_s"]
         assert r["config"]["eta_bound"]["eta_bound_samples_per_s"] == r["metrics"]["eta_bound_samples_per_s"]
-        # the bound of the run's own placement: colocated sync, the rollout instances alone for the others
-        own = r["config"]["eta_bound"]["eta_bound_colocated" if r["policy"] == "sync" else "eta_bound_rollout_only"]
+        # the bound of the run's own placement: colocated sync, dora lending instances to the trainer
+        # (its default), the rollout instances alone for the others
+        own = r["config"]["eta_bound"][{"sync": "eta_bound_colocated", "dora": "eta_bound_lending"}.get(
+            r["policy"], "eta_bound_rollout_only")]
         assert r["metrics"]["eta_bound_placement_samples_per_s"] == own
         assert r["metrics"]["e2e_samples_per_s"] <= own <= r["metrics"]["eta_bound_samples_per_s"] * (1 + 1e-12)
         for knob in ("eta", "batch_size", "group_size", "instances", "trainer_devices", "steps", "seed", "cost",
