@@ -76,14 +76,14 @@ class Lending:
         """A group of `version` completed."""
         self.done_at[version] = now
 
-    def step_started(self, tokens: float, version: int, now: float) -> None:
-        """A trainer step starts on `tokens` trained tokens, training `version` (after the pace saw
-        it start). The groups of `version` − η are at their last step: how long ago the last of
-        them completed is the step's deadline slack."""
+    def step_started(self, tokens: float, version: int) -> None:
+        """A trainer step starts (at `pace.t0`: after the pace saw it start) on `tokens` trained
+        tokens, training `version`. The groups of `version` − η are at their last step: how long
+        before the start the last of them completed is the step's deadline slack."""
         self.tokens = tokens
         last = version - self.pace.eta
         if last in self.done_at:
-            self.slacks.append(max(now - self.done_at.pop(last), 0.0))
+            self.slacks.append(max(self.pace.t0 - self.done_at.pop(last), 0.0))
             del self.slacks[:-_SLACKS]
         for old in [v for v in self.done_at if v < last]:
             del self.done_at[old]

@@ -159,13 +159,13 @@ class Progress:
         if counted > 1.0 and real > 1.0:
             ratio = min(max(counted / real, 1.0 / self.CLAMP), self.CLAMP)
             w = self.LEARN * min(real / 256.0, 1.0)  # short segments say little
-            f = self.f[iid] * math.exp(w * math.log(ratio))
+            s = self.speed[iid]
             modelled = self.tau[iid] - self.tau0[traj]
             if modelled > 0.0:
-                s = self.speed[iid]
                 seen = (self.run[iid] - self.run0[traj]) * counted / (modelled * real)  # the factor observed
-                self.speed[iid] = s * math.exp(w * math.log(min(max(seen / s, 1.0 / self.CLAMP), self.CLAMP)))
-            s = self.speed[iid]
+                s *= math.exp(w * math.log(min(max(seen / s, 1.0 / self.CLAMP), self.CLAMP)))
+                self.speed[iid] = s
+            f = self.f[iid] * math.exp(w * math.log(ratio))
             self.f[iid] = min(max(f, s / self.F_MAX), s * self.F_MAX)
         self.leave(traj, now)
 

@@ -30,7 +30,7 @@ def _step(lend: Lending, t: float, slack: float | None = 100.0) -> None:
     lend.pace.train_started(t)
     if slack is not None:
         lend.group_done(v - 4, t - slack)
-    lend.step_started(1000.0, v, t)
+    lend.step_started(1000.0, v)
 
 
 def _calm(lend: Lending, steps: int = 3, t: float = 0.0, slack: float | None = 100.0) -> float:
@@ -136,9 +136,11 @@ def test_the_deadline_slack_is_how_long_before_the_step_its_last_group_completed
     lend.group_done(10, 10.0)
     lend.group_done(10, 12.0)
     lend.group_done(11, 15.0)
-    lend.step_started(1000.0, 14, 20.0)
+    lend.pace.train_started(20.0)
+    lend.step_started(1000.0, 14)
     assert lend.slacks == [8.0] and list(lend.done_at) == [11]
-    lend.step_started(1000.0, 15, 14.0)  # (a group completing after its step started: no slack below 0)
+    lend.pace.train_started(14.0)
+    lend.step_started(1000.0, 15)  # (a group completing after its step started: no slack below 0)
     assert lend.slacks == [8.0, 0.0]
 
 

@@ -695,7 +695,7 @@ class DoraPolicy(StreamingPolicy):
         if self.lending is not None:
             v = self.view
             self.lending.step_started(sum(g.prompt_len * g.size + sum(v.trajs[t].tokens for t in v.group_trajs(g))
-                                          for g in batch), v.trainer_version, self.now)
+                                          for g in batch), v.trainer_version)
         super().train_batch(batch)
 
     def _vacate_elastic(self) -> None:

@@ -28,7 +28,7 @@ class DoraConfig:
     max_regenerations: int = 0  # stale aborts per group; after that the trainer waits for it
     tool_calls: bool = True  # a trajectory in a tool call counts as not decoding and lends its slot to new groups
     elastic_trainer: bool = False  # trainer devices generate while the trainer waits for data
-    lend_trainer: bool = True  # drained rollout instances train while the trainer sets the pace, where the body can lend (not beside elastic trainer devices)
+    lend_trainer: bool = True  # drained rollout instances train while the trainer sets the pace (where the body can lend)
 
     def validate(self) -> None:
         if not 0 <= self.repartition_load <= 1:
