@@ -60,6 +60,30 @@ class DecodeCost:
             return 0.0
         return f * (tokens * self.step_s(n, ctx) + self.per_ctx_s * n * tokens * (tokens - 1.0) / 2.0)
 
+    def drain_s(self, trajs: list[tuple[float, float, bool]], f: float) -> float:
+        """Seconds until the last counted trajectory of a batch finishes: `trajs` holds each
+        one's (remaining tokens, context now, counted), sorted by remaining tokens. All decode
+        together; each leaves the batch when its remainder is done, taking its context with it."""
+        end = 0.0
+        m = len(trajs)
+        ctx = 0.0
+        for rem, c, counted in trajs:
+            ctx += c
+            if counted and rem > end:
+                end = rem
+        done = secs = 0.0
+        for rem, c, _ in trajs:
+            d = rem - done
+            if d > 0.0:
+                secs += self.time_for(d, m, ctx, f)
+                ctx += m * d
+                done = rem
+            if rem >= end:
+                break
+            m -= 1
+            ctx -= c + rem
+        return secs
+
     def kv_move_s(self, ctx: float) -> float:
         """Seconds the moved trajectory waits while its KV cache (ctx tokens) travels."""
         return self.kv_base_s + self.kv_per_token_s * ctx

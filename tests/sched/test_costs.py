@@ -41,3 +41,18 @@ def test_kv_ships_where_it_costs_fewer_sequence_seconds_than_a_reprefill():
     assert C.kv_pays(1000, 1, 0.5)  # ... with a resident: 1.5 <= 2 x 1.0
     # 200 tokens: KV 0.7 s; re-prefill 0.4 s per sequence: the KV pays from one resident on
     assert not C.kv_pays(200, 0, 1.0) and C.kv_pays(200, 1, 1.0)
+
+
+def test_a_batch_drains_as_its_trajectories_leave_it():
+    d = DecodeCost(base_s=1.0, expert_s=0.0, per_seq_s=0.5, per_ctx_s=0.0)
+    # 2 tokens with both running (2 s a step), then 3 with one (1.5 s a step): 4 + 4.5
+    assert d.drain_s([(2.0, 0.0, True), (5.0, 0.0, True)], 1.0) == pytest.approx(8.5)
+    assert d.time_for(5.0, 2, 0.0, 1.0) == pytest.approx(10.0)  # were both to run to the end
+    # only the first counted: it finishes after 4 s, slowed by the other
+    assert d.drain_s([(2.0, 0.0, True), (5.0, 0.0, False)], 1.0) == pytest.approx(4.0)
+    assert d.drain_s([], 1.0) == 0.0
+    c = DecodeCost(base_s=1.0, expert_s=0.0, per_seq_s=0.5, per_ctx_s=0.01)
+    # 2 steps of 2 sequences from context 150: (1 + 1 + 1.5) + (1 + 1 + 1.52) = 7.02; the first
+    # leaves with its 102 tokens, the other holds 52: one step of 1 + 0.5 + 0.52 = 2.02
+    assert c.drain_s([(2.0, 100.0, True), (3.0, 50.0, True)], 1.0) == pytest.approx(9.04)
+    assert c.drain_s([(2.0, 100.0, True), (3.0, 50.0, True)], 2.0) == pytest.approx(18.08)

@@ -474,19 +474,18 @@ class DoraPolicy(StreamingPolicy):
     def _drain_s(self, inst: InstView, extra: list[int] | None = None, bound: bool = False,
                  residents: bool = False) -> float:
         """Predicted seconds until `inst` holds nothing, were `extra` trajectories moved onto it:
-        the longest cautious remainder at the batch's predicted step time; `residents`: until its
-        own trajectories finish, slowed by the extra ones."""
-        now, prog, cost = self.now, self.prog, self.view.cost
-        trajs = list(inst.active) + (extra or [])
-        counted = list(inst.active) if residents else trajs
-        if not counted:
+        each runs its cautious remainder and then leaves the batch (`DecodeCost.drain_s`);
+        `residents`: until its own trajectories finish, slowed by the extra ones while they run."""
+        now, prog = self.now, self.prog
+        plen = prog.plen
+        own = inst.active
+        if not own and (residents or not extra):
             return 0.0
-        worst = max(self.remaining(t, True, bound) for t in counted)
-        n = len(trajs)
-        ctx = prog.context(inst.id, now)
-        if extra:
-            ctx += sum(prog.plen[t] + prog.generated(t, now) for t in extra)
-        return cost.time_for(worst, n, ctx, prog.f[inst.id])
+        trajs = [(self.remaining(t, True, bound), plen[t] + prog.generated(t, now), True) for t in own]
+        for t in extra or []:
+            trajs.append((self.remaining(t, True, bound), plen[t] + prog.generated(t, now), not residents))
+        trajs.sort()
+        return self.view.cost.drain_s(trajs, prog.f[inst.id])
 
     def _safe_destination(self, ver: int, src: InstView, dl: float) -> InstView | None:
         """A peer of `ver` to take all of `src`'s trajectories, if one pays: the source's slots,
