@@ -262,7 +262,7 @@ def test_cache_key_holds_only_the_runs_own_policy_section(rg):
         cfg = rg.sim_config(["--trace", "traces/moe_longtail.parquet", "--policy", policy, *argv])
         return rg.own_sections(to_dict(cfg), policy)
 
-    flip = ["--set", "policy.dora.widen_max=1"]
+    flip = ["--set", "policy.dora.widen_max=1.5"]
     assert section([], "laminar") == section(flip, "laminar")
     assert section([], "dora") != section(flip, "dora")
     assert set(section([], "laminar")["policy"]) == {"eta", "batch_size", "group_size", "laminar"}

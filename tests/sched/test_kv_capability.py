@@ -1,5 +1,5 @@
 """The body says whether a migration can ship the KV cache (ClusterStarted.kv_migration): told
-no, the dora policy still migrates, always with kv=False."""
+no, the dora policy (with `migrate_kv` on; off by default) still migrates, always with kv=False."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def _migrations(small, small_trace, monkeypatch, kv_migration: bool) -> list[A.M
 
     with monkeypatch.context() as m:
         m.setitem(POLICIES, "dora", Told)
-        simulate(small, small_config(small_trace, **{"policy.dora.repartition_load": 0.75}), "dora", progress=False)
+        simulate(small, small_config(small_trace, **{"policy.dora.repartition_load": 0.75,
+                                                       "policy.dora.migrate_kv": True}), "dora", progress=False)
     return seen
 
 

@@ -16,9 +16,9 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
   its version that is predicted to finish last: alone on an instance a long-tail trajectory
   decodes several times faster than in a full batch (`spread_tails`); with `host_max` > 1 so
   may an old-version instance running a few trajectories, when that ends the later of them sooner.
-- Every migration ships the KV cache where that costs fewer sequence-seconds than
-  re-prefilling it on the destination (`DecodeCost.kv_pays`; never with `migrate_kv` off or when
-  the body cannot move KV: `ClusterStarted.kv_migration`).
+- A migration re-prefills on the destination; with `migrate_kv` on it ships the KV cache where
+  that costs fewer sequence-seconds (`DecodeCost.kv_pays`; never when the body cannot move KV:
+  `ClusterStarted.kv_migration`).
 - Consolidation: when groups wait for slots, an old-version instance with at most
   `repartition_load` of its slots busy moves all its trajectories onto the
   busiest same-version peer that can take them while none of them becomes at risk, and

@@ -12,16 +12,16 @@ from dora.errors import InputError, too_small
 
 @dataclass
 class DoraConfig:
-    """DORA: multi-version streaming, tails spread and consolidated with KV migration, cost-weighed."""
+    """DORA: multi-version streaming, tails spread and consolidated, cost-weighed."""
 
     spread_starts: bool = True  # light load: new groups spread over the instances about to serve, within KV memory
     spread_tails: bool = True  # a drained old-version instance hosts an at-risk tail of its version
     host_max: int = 8  # spread_tails: so may one with fewer than this many trajectories (1: drained ones only)
     consolidate: bool = True  # when slots are short, pack old-version instances onto peers (no tail at risk)
     repartition_load: float = 0.5  # consolidate an old-version instance with at most this share of its slots busy
-    cohort_check: bool = True  # consolidation's cautious remainders checked against their version's running trajectories
-    widen_max: float = 1.5  # consolidation's cautious remainders widened by how far late bets ran short, up to this (1: never)
-    migrate_kv: bool = True  # a migration ships the KV cache where that costs less than re-prefilling it
+    cohort_check: bool = False  # consolidation's cautious remainders checked against their version's running trajectories
+    widen_max: float = 1.0  # consolidation's cautious remainders widened by how far late bets ran short, up to this (1: never, e.g. 1.5)
+    migrate_kv: bool = False  # a migration ships the KV cache where that costs less than re-prefilling it
     predictor: Literal["history", "none"] = "history"  # remaining lengths: the run's own history, or as long again as run so far
     balance: Literal["slots", "predicted"] = "slots"  # dispatch: most free slots, or least predicted work per slot
     versions_per_instance: int = 1
