@@ -40,7 +40,9 @@ RUNS.update({
     "dora_regenerate": ("traces/moe_longtail.parquet", "dora", [], ["policy.dora.max_regenerations=1"]),
     "dora_elastic": ("traces/moe_longtail.parquet", "dora", [], ["policy.dora.elastic_trainer=true"]),
     "dora_vpi2": ("traces/moe_longtail.parquet", "dora", [], ["policy.dora.versions_per_instance=2"]),
-    "dora_no_kv": ("traces/moe_longtail.parquet", "dora", [], ["policy.dora.migrate_kv=false"]),
+    "dora_kv_widen_cohort": ("traces/moe_longtail.parquet", "dora", [],  # the knobs off by default, on
+                             ["policy.dora.migrate_kv=true", "policy.dora.widen_max=1.5",
+                              "policy.dora.cohort_check=true"]),
     "laminar_norepack": ("traces/moe_longtail.parquet", "laminar", [], ["policy.laminar.repack=false"]),
     "partial_areal": ("traces/moe_longtail.parquet", "partial", [], ["policy.partial.strict_staleness=false"]),
     "code_agentic/dora": ("traces/code_agentic.parquet", "dora", [], []),

@@ -79,8 +79,8 @@ def test_dora_migrates_and_holds_several_versions(small, small_trace):
     ev = r.events
     moved = ev[ev["event"] == "migrate_in"]
     assert r.metrics["migrations"] == len(moved) > 0
-    # with migrate_kv on (off by default), the KV travels where it is cheaper than re-prefilling, decided per move (context and the
-    # destination's residents: docs/dora_policy.md), not always
+    # with migrate_kv on (off by default) the KV travels where it is cheaper than re-prefilling,
+    # decided per move (context and the destination's residents: docs/dora_policy.md), not always
     kv = moved["detail"].str.endswith(" kv")
     assert kv.any() and (~kv).any()
     assert r.metrics["reprefill_tokens"] == moved.loc[~kv, "tokens"].sum()
