@@ -10,8 +10,8 @@ a per-run result cache, and writes a tidy table, a per-configuration summary and
   python benchmarks/robustness_grid.py --ablation --quick   # dora with each mechanism flipped
 
 Wall time on a 2-core machine (compiled build, --jobs 2): --quick (37 configurations)
-about 3 min; the whole grid (262 configurations, 5,418 runs)
-about 60 min from an empty cache, seconds from a full one.
+about 3 min, plus 364 runs settling 4 of them; the whole grid (262 configurations, 7,280 runs
+with the settling of 21) about 75 min from an empty cache, seconds from a full one.
 
 The grid (data, in robustness/spec.py: TRACES, HW_MODELS, BASE, ONE_AT_A_TIME, PAIRS, XL, N_RANDOM):
 - a trace family is a shipped trace file, or a dora.trace.generate preset (+ TraceParams
@@ -27,7 +27,11 @@ The grid (data, in robustness/spec.py: TRACES, HW_MODELS, BASE, ONE_AT_A_TIME, P
 - load: B = LOADS[load] x instances prompt groups per step (light 1/2, heavy 2); trainer
   devices = rollout devices (instances x the preset's devices per instance); steps 20, 10 at
   >= 512 instances, raised to train at least MIN_GROUPS groups (at most MAX_STEPS steps), fewer
-  if B x (steps + eta + 2) groups exceed a shipped trace's. REPLICAS runs per configuration.
+  if B x (steps + eta + 2) groups exceed a shipped trace's. REPLICAS runs per configuration;
+  a configuration on which some replica puts dora below THRESHOLD (0.99) x the best baseline
+  runs again with --settle (SETTLE, 16) replicas in all, every variant (a shipped trace: as many
+  disjoint windows as it has), so the table's figure there rests on enough replicas to tell a
+  loss from a replica's luck, whichever way it falls.
 - MoE imbalance is a model property here: cost.moe_imbalance_cv = 0.15 (moe_longtail's) for
   the MoE model, 0 for dense ones, whatever the trace records.
 
@@ -70,11 +74,12 @@ from robustness import REPO  # noqa: E402 (puts the repository on sys.path for d
 from robustness.heatmap import heatmap  # noqa: E402
 from robustness.jobs import (DEFAULT_TRACE_CACHE, Notes, Traces, check_sets, check_variants, make_jobs,  # noqa: E402
                              own_sections, resolve, sim_argv, sim_config)
-from robustness.report import ablation_table, paired_ci, summarize, summary_text, tidy  # noqa: E402
+from robustness.report import ablation_table, paired_ci, summarize, summary_text, tidy, unsettled  # noqa: E402
 from robustness.runner import DEFAULT_CACHE, run_jobs  # noqa: E402
 from robustness.sources import code_version, policy_sources  # noqa: E402
-from robustness.spec import (ABLATIONS, AXES, BASE, BASELINES, LARGE, ONE_AT_A_TIME, REPLICAS, STEPS,  # noqa: E402
-                             STEPS_LARGE, TRACES, VARIANTS, GridConfig, TraceSpec, available, grid, is_quick)
+from robustness.spec import (ABLATIONS, AXES, BASE, BASELINES, LARGE, ONE_AT_A_TIME, REPLICAS, SETTLE,  # noqa: E402
+                             STEPS, STEPS_LARGE, THRESHOLD, TRACES, VARIANTS, GridConfig, TraceSpec, available,
+                             grid, is_quick)
 
 from dora.errors import InputError, cli_errors  # noqa: E402
 from dora.sim.presets import MODELS  # noqa: E402
@@ -85,7 +90,7 @@ __all__ = ["parser", "select", "default_paths", "main",
            "ABLATIONS", "AXES", "BASE", "BASELINES", "DEFAULT_CACHE", "DEFAULT_TRACE_CACHE", "MODELS", "Notes",
            "ONE_AT_A_TIME", "REPO", "TRACES", "TraceSpec", "Traces", "VARIANTS", "ablation_table", "available",
            "check_sets", "code_version", "grid", "make_jobs", "own_sections", "paired_ci", "policy_sources",
-           "resolve", "run_jobs", "sim_argv", "sim_config", "summarize", "tidy"]
+           "resolve", "run_jobs", "sim_argv", "sim_config", "summarize", "tidy", "unsettled"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -101,6 +106,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, help="override every configuration's steps (development and tests)")
     ap.add_argument("--replicas", type=int, default=REPLICAS,
                     help=f"runs per configuration and variant, averaged (default {REPLICAS}; see resolve())")
+    ap.add_argument("--settle", type=int, default=SETTLE, metavar="K",
+                    help=f"replicas in all for a configuration on which some replica puts dora below {THRESHOLD} x "
+                         f"the best baseline (default {SETTLE}; 0: never; not with --ablation)")
     ap.add_argument("--csv", help="tidy table (default docs/results/robustness_grid.csv; --ablation: "
                                   "docs/results/ablation.csv; --quick: *_quick.csv)")
     ap.add_argument("--summary", help="per-configuration summary (default: the --csv path with _summary)")
@@ -146,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--limit {args.limit}: must be >= 1")
         if args.replicas < 1:
             raise InputError(f"--replicas {args.replicas}: must be >= 1")
+        if args.settle < 0:
+            raise InputError(f"--settle {args.settle}: must be >= 0 replicas (0: never)")
         if args.steps is not None and args.steps < 2:
             raise InputError(f"--steps {args.steps}: must be >= 2")
         for flag, p, types in (("--csv", args.csv, (".csv",)), ("--summary", args.summary, (".csv",)),
@@ -174,14 +184,32 @@ def main(argv: list[str] | None = None) -> int:
         if not jobs:
             raise InputError("nothing to run: every selected configuration was skipped (see above)")
         results, failures, ran = run_jobs(jobs, Path(args.cache), args.fresh, args.jobs, args.quiet)
+        tab = tidy(jobs, results)
+        settled: list[str] = []
+        if not args.ablation and args.settle > args.replicas:
+            settled = unsettled(tab, THRESHOLD)
+            if settled:
+                more = resolve([c for c in configs if c.name in settled], traces, notes, args.steps, args.settle)
+                extra = make_jobs([r for r in more if r.replica >= args.replicas], variants, traces, notes)
+                traces.loaded.clear()
+                print(f"settling {len(settled)} configurations with {args.settle} replicas: {len(extra)} more runs",
+                      file=sys.stderr)
+                res2, fail2, ran2 = run_jobs(extra, Path(args.cache), args.fresh, args.jobs, args.quiet)
+                results.update(res2)
+                failures, ran = failures + fail2, ran + ran2
+                order = {c.name: i for i, c in enumerate(configs)}
+                jobs = sorted(jobs + extra, key=lambda j: (order[j.res.config.name], j.res.replica))
+                tab = tidy(jobs, results)
         wall = time.perf_counter() - t0
         csv, summary_path, png = default_paths(args)
-        tab = tidy(jobs, results)
         print(f"wrote {write_table(tab, csv)} ({len(tab)} rows)", file=sys.stderr)
         n_cfg = len({j.res.config.name for j in jobs})
         print(f"{n_cfg} configurations x {len(variants)} variants: {len(jobs)} runs, {ran} run now, "
               f"{len(jobs) - ran - len(failures)} from the cache, {len(failures)} failed; {wall:.0f} s wall, "
               f"{min(args.jobs, max(ran, 1))} process(es)")
+        if settled:
+            print(f"{len(settled)} configurations on which a replica put dora below {THRESHOLD}x the best baseline "
+                  f"ran {args.settle} replicas (fewer where a shipped trace has fewer windows): " + ", ".join(settled))
         if args.ablation:
             print(ablation_table(tab))
         else:

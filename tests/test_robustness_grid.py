@@ -15,7 +15,7 @@ from tests.conftest import REPO, load_benchmark
 
 SCRIPT = REPO / "benchmarks" / "robustness_grid.py"
 SLICE = ["--only", "moe_longtail/inst=8,load=light", "--only", "short_uniform/inst=8,load=light",
-         "--only", "bimodal/inst=8,load=light", "--steps", "4", "--jobs", "2", "--quiet"]
+         "--only", "bimodal/inst=8,load=light", "--steps", "4", "--jobs", "2", "--quiet", "--settle", "0"]
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +161,39 @@ def test_tiny_slice_end_to_end_and_resume(tmp_path):
         assert summ2.loc[cfg, "dora_samples_per_s"] == pytest.approx(rows["e2e_samples_per_s"].mean())
 
 
+def test_unsettled_by_hand(rg):
+    """Best baseline on average: laminar in `a` (2.0 over two replicas), one_step in `b`. `a`'s
+    second replica puts dora at 1.97 / 2.0 = 0.985 < 0.99 of laminar there (though 1.1x on
+    average); `b`'s dora is at 0.995x one_step on both replicas, and below sync on one, which is
+    not the best baseline."""
+    rows = []
+    for cfg, rep, runs in (("a", 0, {"sync": 1.0, "one_step": 1.5, "laminar": 2.0, "dora": 2.5}),
+                           ("a", 1, {"sync": 1.0, "one_step": 1.5, "laminar": 2.0, "dora": 1.97}),
+                           ("b", 0, {"sync": 1.0, "one_step": 2.0, "laminar": 1.0, "dora": 1.99}),
+                           ("b", 1, {"sync": 2.9, "one_step": 2.0, "laminar": 1.0, "dora": 1.99})):
+        rows += [(cfg, rep, v, e) for v, e in runs.items()]
+    tab = pd.DataFrame(rows, columns=["config", "replica", "variant", "e2e_samples_per_s"])
+    assert rg.unsettled(tab) == ["a"]
+    assert rg.unsettled(tab, 0.98) == []
+    assert rg.unsettled(tab, 1.0) == ["a", "b"]
+
+
+def test_unsettled_configurations_run_more_replicas(rg, tmp_path, monkeypatch, capsys):
+    argv = ["--only", "short_uniform/inst=8,load=light", "--steps", "3", "--jobs", "1", "--quiet", "--replicas", "1",
+            "--cache", str(tmp_path / "cache"), "--trace-cache", str(tmp_path / "traces"),
+            "--png", str(tmp_path / "g.png")]
+    monkeypatch.setattr(rg, "THRESHOLD", 0.0)  # nothing below: one replica
+    assert rg.main([*argv, "--settle", "2", "--csv", str(tmp_path / "a.csv")]) == 0
+    assert len(pd.read_csv(tmp_path / "a.csv")) == 7 and "ran 2 replicas" not in capsys.readouterr().out
+    monkeypatch.setattr(rg, "THRESHOLD", 100.0)  # every replica below: two replicas, the first from the cache
+    assert rg.main([*argv, "--settle", "2", "--csv", str(tmp_path / "b.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "14 runs, 7 run now, 7 from the cache" in out and "ran 2 replicas" in out
+    tab = pd.read_csv(tmp_path / "b.csv")
+    assert sorted(tab["replica"]) == [0] * 7 + [1] * 7 and list(tab["replica"]) == sorted(tab["replica"])
+    assert (pd.read_csv(tmp_path / "b_summary.csv")["replicas"] == 2).all()
+
+
 def test_ablation_table(tmp_path, rg):
     csv = tmp_path / "ablation.csv"
     p = run("--ablation", "--only", "moe_longtail/inst=8,load=light", "--steps", "3", "--jobs", "1", "--quiet",
@@ -199,6 +232,7 @@ def test_ablation_table_counts_only_sure_losses(rg):
     (["--only", "no_such_config"], "--only"),
     (["--jobs", "0"], "--jobs"),
     (["--png", "out.txt"], "--png"),
+    (["--settle", "-1"], "--settle"),
 ])
 def test_bad_input_exits_2(tmp_path, bad, needle):
     p = run(*bad, tmp_path=tmp_path)

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .jobs import Job, Resolved, display_path
-from .spec import BASELINES, METRICS, OPTIONAL_METRICS
+from .spec import BASELINES, METRICS, OPTIONAL_METRICS, THRESHOLD
 
 
 def config_columns(r: Resolved) -> dict[str, Any]:
@@ -71,6 +71,23 @@ def summarize(tab: pd.DataFrame, commands: dict[str, str] | None = None) -> pd.D
         out["command"] = [commands.get(c, "") for c in out.index]
     order = {n: i for i, n in enumerate(tab["config"].drop_duplicates())}
     return out.sort_index(key=lambda ix: ix.map(order)).reset_index()
+
+
+def unsettled(tab: pd.DataFrame, threshold: float = THRESHOLD) -> list[str]:
+    """Configurations (in table order) on which some replica's dora run is below `threshold` x the
+    same replica's run of the configuration's best baseline (best on average over the replicas):
+    their replicas do not agree that dora clears the bar, whichever way the average falls."""
+    e2e = tab.pivot_table(index=["config", "replica"], columns="variant", values="e2e_samples_per_s")
+    base = [b for b in BASELINES if b in e2e.columns]
+    if "dora" not in e2e or not base:
+        return []
+    best = e2e[base].groupby(level="config").mean().idxmax(axis=1)
+    out = set()
+    for (cfg, _), row in e2e.iterrows():
+        b = best.get(cfg)
+        if isinstance(b, str) and row["dora"] < threshold * row[b]:
+            out.add(cfg)
+    return [c for c in tab["config"].drop_duplicates() if c in out]
 
 
 def summary_text(summ: pd.DataFrame) -> str:

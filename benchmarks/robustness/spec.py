@@ -92,6 +92,8 @@ RANDOM_CHOICES: dict[str, tuple] = {
 STEPS, STEPS_LARGE, LARGE = 20, 10, 512  # steps; fewer at >= LARGE instances
 MIN_GROUPS, MAX_STEPS = 1024, 200  # small batches: steps enough to train MIN_GROUPS groups (GridConfig.steps)
 REPLICAS = 3  # runs per configuration and variant (resolve()): one run's throughput moves by ~5% with the seed
+SETTLE = 16  # replicas in all where the first REPLICAS disagree about dora >= THRESHOLD x the best baseline
+THRESHOLD = 0.99  # the grid's bar: dora / best baseline
 SHORT = {"instances": "inst", "max_seqs": "slots", "eta": "eta", "load": "load", "hw": ""}  # in variation labels
 
 # columns of the tables: name -> (policy, --set overrides)
