@@ -145,6 +145,20 @@ def default_paths(args: argparse.Namespace) -> tuple[Path, Path, Path]:
     return csv, summary, png
 
 
+def settle(args: argparse.Namespace, configs: list[GridConfig], variants: dict, traces: Traces, notes: Notes,
+           results: dict) -> tuple[list, list[str], int]:
+    """Run `configs` up to --settle replicas (the first --replicas are done); their results go
+    into `results`. Returns the new jobs, the failures and how many ran now."""
+    more = resolve(configs, traces, notes, args.steps, args.settle)
+    extra = make_jobs([r for r in more if r.replica >= args.replicas], variants, traces, notes)
+    traces.loaded.clear()
+    print(f"settling {len(configs)} configurations with {args.settle} replicas: {len(extra)} more runs",
+          file=sys.stderr)
+    res, failures, ran = run_jobs(extra, Path(args.cache), args.fresh, args.jobs, args.quiet)
+    results.update(res)
+    return extra, failures, ran
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     with cli_errors("robustness_grid"):
@@ -185,21 +199,14 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError("nothing to run: every selected configuration was skipped (see above)")
         results, failures, ran = run_jobs(jobs, Path(args.cache), args.fresh, args.jobs, args.quiet)
         tab = tidy(jobs, results)
-        settled: list[str] = []
-        if not args.ablation and args.settle > args.replicas:
-            settled = unsettled(tab, THRESHOLD)
-            if settled:
-                more = resolve([c for c in configs if c.name in settled], traces, notes, args.steps, args.settle)
-                extra = make_jobs([r for r in more if r.replica >= args.replicas], variants, traces, notes)
-                traces.loaded.clear()
-                print(f"settling {len(settled)} configurations with {args.settle} replicas: {len(extra)} more runs",
-                      file=sys.stderr)
-                res2, fail2, ran2 = run_jobs(extra, Path(args.cache), args.fresh, args.jobs, args.quiet)
-                results.update(res2)
-                failures, ran = failures + fail2, ran + ran2
-                order = {c.name: i for i, c in enumerate(configs)}
-                jobs = sorted(jobs + extra, key=lambda j: (order[j.res.config.name], j.res.replica))
-                tab = tidy(jobs, results)
+        settled = unsettled(tab, THRESHOLD) if not args.ablation and args.settle > args.replicas else []
+        if settled:
+            extra, fail2, ran2 = settle(args, [c for c in configs if c.name in settled], variants, traces, notes,
+                                        results)
+            failures, ran = failures + fail2, ran + ran2
+            order = {c.name: i for i, c in enumerate(configs)}
+            jobs = sorted(jobs + extra, key=lambda j: (order[j.res.config.name], j.res.replica))
+            tab = tidy(jobs, results)
         wall = time.perf_counter() - t0
         csv, summary_path, png = default_paths(args)
         print(f"wrote {write_table(tab, csv)} ({len(tab)} rows)", file=sys.stderr)

@@ -35,6 +35,13 @@ def tidy(jobs: list[Job], results: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def best_baseline(base: pd.DataFrame) -> pd.Series:
+    """Per configuration (rows: mean throughput of each baseline column), the fastest baseline's
+    name; NaN where every baseline failed."""
+    some = base.notna().any(axis=1)
+    return base[some].idxmax(axis=1).reindex(base.index)
+
+
 def summarize(tab: pd.DataFrame, commands: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per configuration: the best baseline, dora's ratios to it and to partial, C1-C3 held,
     and (`commands`: config -> text) the `python -m dora.sim` arguments that reproduce it."""
@@ -46,8 +53,7 @@ def summarize(tab: pd.DataFrame, commands: dict[str, str] | None = None) -> pd.D
     out["replicas"] = tab.groupby("config")["replica"].nunique()
     base = e2e[[b for b in BASELINES if b in e2e.columns]]
     nan = pd.Series(math.nan, index=e2e.index)
-    some = base.notna().any(axis=1)  # a configuration whose baselines all failed has no best one
-    out["best_baseline"] = base[some].idxmax(axis=1).reindex(e2e.index)
+    out["best_baseline"] = best_baseline(base)
     out["best_baseline_samples_per_s"] = base.max(axis=1) if not base.empty else nan
     out["dora_samples_per_s"] = e2e["dora"] if "dora" in e2e else nan
     out["partial_samples_per_s"] = e2e["partial"] if "partial" in e2e else nan
@@ -81,13 +87,10 @@ def unsettled(tab: pd.DataFrame, threshold: float = THRESHOLD) -> list[str]:
     base = [b for b in BASELINES if b in e2e.columns]
     if "dora" not in e2e or not base:
         return []
-    best = e2e[base].groupby(level="config").mean().idxmax(axis=1)
-    out = set()
-    for (cfg, _), row in e2e.iterrows():
-        b = best.get(cfg)
-        if isinstance(b, str) and row["dora"] < threshold * row[b]:
-            out.add(cfg)
-    return [c for c in tab["config"].drop_duplicates() if c in out]
+    best = best_baseline(e2e[base].groupby(level="config").mean())
+    low = {cfg for cfg, runs in e2e.groupby(level="config")
+           if isinstance(best[cfg], str) and (runs["dora"] < threshold * runs[best[cfg]]).any()}
+    return [c for c in tab["config"].drop_duplicates() if c in low]
 
 
 def summary_text(summ: pd.DataFrame) -> str:
