@@ -101,13 +101,14 @@ def test_consolidations_bound_falls_back_to_three_times_made_where_few_tails_wer
     assert pol.remaining(51, True, bound=True) == 500.0
 
 
-def _consolidation(dl_after_s: float):
+def _consolidation(dl_after_s: float, prefill_per_token_s: float = 5.592e-6):
     """Instances 1 (source, half as fast: f = 2) and 2 (destination) serve the old version 0;
     instance 0 the newest. Decode step of n: 0.05 + 0.005·n s. Every finished length so far is
     2000, so a trajectory that has made g tokens has 2000 - g left (20 lengths beyond it: no
     fallback). The source runs one trajectory at 100 tokens (1900 left), the destination four at
     1500 (500 left each). The data paces the trainer. Returns what `_safe_destination` picks."""
-    cost = DecodeCost(base_s=0.05, expert_s=0.0, per_seq_s=0.005, per_ctx_s=0.0, weight_load_s=1.0)
+    cost = DecodeCost(base_s=0.05, expert_s=0.0, per_seq_s=0.005, per_ctx_s=0.0, weight_load_s=1.0,
+                      prefill_per_token_s=prefill_per_token_s)
     cfg = build(PolicyConfig, {"batch_size": 1, "group_size": 4, "eta": 1})
     pol = DoraPolicy(cfg)
     pol.handle(E.ClusterStarted(tuple(E.InstanceSpec(i, 8, 10**6) for i in range(3)), 1, cost=cost), 0.0)
@@ -132,10 +133,21 @@ def _consolidation(dl_after_s: float):
 
 
 def test_consolidation_refuses_a_destination_whose_own_trajectories_it_makes_late():
-    """Source drain 2·1900·0.055 = 209 s; destination 500·0.07 = 35 s; merged 1900·0.075 =
-    142.5 s: slots idle 142.5 - 35 = 107.5 s < 209 s freed, and the merged drain, though past the
-    deadline, is no later than the source's own. The destination's four, now five to a step,
+    """Source drain 2·1900·0.055 = 209 s; destination 500·0.07 = 35 s; merged, batch by batch,
+    500·0.075 = 37.5 s for all five, then 1400·0.055 = 77 s for the moved one: 114.5 s. Slots
+    idle 114.5 - 35 = 79.5 s < 209 s freed, and the merged drain, though past the deadline, is no
+    later than the source's own. The destination's four, now five to a step,
     finish after 500·0.075 = 37.5 s instead of 35: the move pays only if the trainer's deadline is
     at least that far."""
     assert _consolidation(38.0) is not None and _consolidation(38.0).id == 2
     assert _consolidation(36.0) is None
+
+
+def test_consolidation_counts_the_re_prefill_of_what_moves():
+    """The moved trajectory's context, 10 + 100 = 110 tokens, is re-prefilled inside the
+    destination's decode steps (the case above). At 1.1 s a token that is 121 s: the
+    destination's slots stand idle 79.5 + 121 = 200.5 s, less than the 209 s the source's are
+    freed (and its residents finish at 37.5 + 121 s, before the deadline). At 1.2 s a token,
+    132 s: 211.5 s > 209 s, refused."""
+    assert _consolidation(1000.0, prefill_per_token_s=1.1).id == 2
+    assert _consolidation(1000.0, prefill_per_token_s=1.2) is None

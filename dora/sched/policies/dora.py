@@ -496,7 +496,9 @@ class DoraPolicy(StreamingPolicy):
         moved = list(src.active)
         m = len(moved)
         t_src = self._drain_s(src, None, True)
-        mctx = sum(self.prog.plen[t] + self.prog.generated(t, now) for t in moved)
+        ctxs = [self.prog.plen[t] + self.prog.generated(t, now) for t in moved]
+        mctx = sum(ctxs)
+        reprefill, kv = self.view.cost.reprefill_s, self.dc.migrate_kv and self.kv_migration
         looked = 0
         for load in reversed(self.old.loads(ver)):
             for p in self.old.bucket(ver, load):
@@ -508,12 +510,15 @@ class DoraPolicy(StreamingPolicy):
                 if self.prog.kv_held(p.id, now) + mctx > 0.9 * p.kv_tokens:
                     continue
                 t_dst = self._drain_s(p, None, True)
-                merged = self._drain_s(p, moved, True)
+                f_dst = self.prog.f[p.id]
+                pre = (reprefill(mctx, f_dst) if not kv else  # what moves by re-prefill
+                       sum(reprefill(c, f_dst) for t, c in zip(moved, ctxs) if not self._kv(t, p, load + m - 1)))
+                merged = self._drain_s(p, moved, True) + pre  # the re-prefill stalls the destination's batch
                 if merged - t_dst >= t_src * src.max_seqs / p.max_seqs:
                     continue  # the destination's slots would stand idle longer than the source's are freed
                 if now + merged > dl and (not self.data_bound() or merged > max(t_src, t_dst)):
                     continue  # late for the trainer (and, where data paces it, later than it would be anyway)
-                if now + self._drain_s(p, moved, True, residents=True) > max(dl, now + t_dst):
+                if now + self._drain_s(p, moved, True, residents=True) + pre > max(dl, now + t_dst):
                     continue  # the destination's own trajectories, slowed by the moved ones, late for the trainer
                 return p
         return None
