@@ -71,3 +71,30 @@ def test_only_instances_under_host_max_host():
     pol = _policy(host_made=200.0, host_max=1)  # only a drained instance may host
     pol._repartition_version(0, 1)
     assert pol.view.trajs[0].instance == 0
+
+
+def test_a_second_drained_host_weighs_the_tail_left_not_the_one_moved():
+    """Two drained instances of version 0 (1 and 2) host in turn from instance 0, which runs
+    trajectory 0 (1,000 tokens made) and 1-3 (10 each). Instance 1 takes trajectory 0 (25.025 s
+    where it runs, 1,001 x 0.01 = 10.01 s alone). The sources' candidates are then weighed again:
+    trajectory 1 (most made of the three left, lowest id) has 11 tokens left, 11 x 0.02 = 0.22 s
+    on instance 0 and 11 x 0.01 = 0.11 s alone on instance 2, so instance 2 takes it; a candidate
+    kept from before the move would send trajectory 0 on from instance 1 to instance 2."""
+    cfg = build(PolicyConfig, {"batch_size": 1, "group_size": 4, "eta": 1, "dora": {"predictor": "none"}})
+    pol = DoraPolicy(cfg)
+    pol.handle(E.ClusterStarted(tuple(E.InstanceSpec(i, 8, 10**6) for i in range(4)), 1, cost=COST), 0.0)
+    v = pol.view
+    v.latest_version = 1
+    for i in range(3):
+        v.instances[i].versions = {0}
+    v.instances[3].versions = {1}
+    g = v.add_group(0, 4, 0, 0.0)
+    v.open_group(g, 0)
+    for k, made in enumerate((1000.0, 10.0, 10.0, 10.0)):
+        t = v.new_traj(g, k, 0, 0, 0.0)
+        pol.prog.join(t.id, 0, 0, made, 0.0)
+    pol.untrained = 1
+    pol.index_all()
+    assert not pol.capacity_needed()
+    pol._repartition_version(0, 1)
+    assert [t.instance for t in v.trajs] == [1, 2, 0, 0]

@@ -359,8 +359,11 @@ class DoraPolicy(StreamingPolicy):
         buckets = self.old.buckets[ver]
         drained = buckets.get(0)  # old.bucket(ver, 0), inlined (called on most finishes)
         if drained:
+            tails: dict[int, tuple[int, float, float, float]] = {}
             for inst in sorted(drained.values(), key=lambda i: i.id):
-                if not self._host_tail(ver, inst, {}):
+                if self._host_tail(ver, inst, tails):
+                    tails = {}  # a tail moved: its source's candidate changed
+                else:
                     self.load(inst, latest)  # drained: switch now
         if self.dc.host_max > 1 and self.dc.spread_tails and not self.capacity_needed():
             self._host_more(ver, buckets)
@@ -389,12 +392,13 @@ class DoraPolicy(StreamingPolicy):
         trajectory of `ver` predicted to finish last, if the later of it and the host's own, slowed
         by it, finishes at least 5% earlier; only while the newest version needs no more slots.
         `tails`: each source's candidate (`_tail_of`), filled here and kept across the hosts of one
-        pass (nothing changes in between); a drained host's call gets an empty one."""
+        pass until a tail moves."""
         if not self.dc.spread_tails or self.capacity_needed():
             return False
         now, prog, old = self.now, self.prog, self.old
         dl = self.deadline(ver)
         best, best_fin = -1, 0.0
+        own: list[tuple[int, float]] | None = None  # the host's trajectories and mean remainders
         looked = 0
         for load in reversed(old.loads(ver)):
             if load < 2 or looked >= _SOURCES_LOOKED_AT:
@@ -413,10 +417,17 @@ class DoraPolicy(StreamingPolicy):
                     continue
                 cost = self.view.cost
                 move = cost.kv_move_s(ctx) if self._kv(tid, host, 0) else cost.reprefill_s(ctx, prog.f[host.id])
+                gain = 0.05 * (fin - now)
                 there = now + move + prog.time_left(tid, rem, now, host.id, 1, ctx)
-                for r in host.active:  # the host's own trajectories, slowed by it
-                    there = max(there, now + prog.time_left(r, self.remaining(r), now, -1, 1, ctx))
-                if fin - there > 0.05 * (fin - now):
+                if fin - there <= gain:
+                    continue
+                if own is None:
+                    own = [(r, self.remaining(r)) for r in host.active]
+                for r, r_rem in own:  # the host's own trajectories, slowed by it
+                    there = max(there, now + prog.time_left(r, r_rem, now, -1, 1, ctx))
+                    if fin - there <= gain:
+                        break  # (`there` only grows)
+                if fin - there > gain:
                     best, best_fin = tid, fin
         if best < 0:
             return False
