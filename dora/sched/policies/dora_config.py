@@ -19,7 +19,7 @@ class DoraConfig:
     host_max: int = 8  # spread_tails: so may one with fewer than this many trajectories (1: drained ones only)
     consolidate: bool = True  # when slots are short, pack old-version instances onto peers (no tail at risk)
     repartition_load: float = 0.5  # consolidate an old-version instance with at most this share of its slots busy
-    cohort_check: bool = False  # consolidation's cautious remainders checked against their version's running trajectories
+    cohort_check: bool = True  # consolidation's cautious remainders checked against their version's running trajectories
     widen_max: float = 1.0  # consolidation's cautious remainders widened by how far late bets ran short, up to this (1: never, e.g. 1.5)
     migrate_kv: bool = False  # a migration ships the KV cache where that costs less than re-prefilling it
     predictor: Literal["history", "none"] = "history"  # remaining lengths: the run's own history, or as long again as run so far
