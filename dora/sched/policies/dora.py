@@ -55,6 +55,8 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from mypy_extensions import mypyc_attr
 
 from dora.sched.calibration import RemainderCalibration
@@ -482,21 +484,34 @@ class DoraPolicy(StreamingPolicy):
                     break
         self._retry[ver] = self.now + _RETRY_S
 
-    def _drain_s(self, inst: InstView, extra: list[int] | None = None, bound: bool = False,
+    def _drain_s(self, inst: InstView, extra: list[tuple[float, float]] | None = None, bound: bool = False,
                  residents: bool = False) -> float:
-        """Predicted seconds until `inst` holds nothing, were `extra` trajectories moved onto it:
-        each runs its cautious remainder and then leaves the batch (`DecodeCost.drain_s`);
-        `residents`: until its own trajectories finish, slowed by the extra ones while they run."""
-        now, prog = self.now, self.prog
-        plen = prog.plen
+        """Predicted seconds until `inst` holds nothing, were trajectories moved onto it (`extra`:
+        their cautious remainders and contexts, `_remainders`): each runs its cautious remainder
+        and then leaves the batch (`DecodeCost.drain_s`); `residents`: until its own trajectories
+        finish, slowed by the extra ones while they run."""
         own = inst.active
         if not own and (residents or not extra):
             return 0.0
-        trajs = [(self.remaining(t, True, bound), plen[t] + prog.generated(t, now), True) for t in own]
-        for t in extra or []:
-            trajs.append((self.remaining(t, True, bound), plen[t] + prog.generated(t, now), not residents))
+        trajs = [(rem, ctx, True) for rem, ctx in self._remainders(own, bound)]
+        for rem, ctx in extra or []:
+            trajs.append((rem, ctx, not residents))
         trajs.sort()
-        return self.view.cost.drain_s(trajs, prog.f[inst.id])
+        return self.view.cost.drain_s(trajs, self.prog.f[inst.id])
+
+    def _remainders(self, trajs: Iterable[int], bound: bool = False) -> list[tuple[float, float]]:
+        """Each trajectory's cautious remainder (`remaining`) and its context now."""
+        now, prog = self.now, self.prog
+        plen = prog.plen
+        return [(self.remaining(t, True, bound), plen[t] + prog.generated(t, now)) for t in trajs]
+
+    def _reprefill_s(self, moved: list[int], ctxs: list[float], dst: InstView, residents: int) -> float:
+        """Seconds by which `dst`'s decode steps grow to re-prefill the contexts (`ctxs`) of the
+        `moved` trajectories that do not ship their KV cache there (decided as `move` does)."""
+        f, reprefill = self.prog.f[dst.id], self.view.cost.reprefill_s
+        if not (self.dc.migrate_kv and self.kv_migration):
+            return reprefill(sum(ctxs), f)  # every one re-prefills
+        return sum(reprefill(c, f) for t, c in zip(moved, ctxs) if not self._kv(t, dst, residents))
 
     def _safe_destination(self, ver: int, src: InstView, dl: float) -> InstView | None:
         """A peer of `ver` to take all of `src`'s trajectories, if one pays: the source's slots,
@@ -507,9 +522,9 @@ class DoraPolicy(StreamingPolicy):
         moved = list(src.active)
         m = len(moved)
         t_src = self._drain_s(src, None, True)
-        ctxs = [self.prog.plen[t] + self.prog.generated(t, now) for t in moved]
+        rems = self._remainders(moved, True)  # (the same as t_src's, computed once for every destination)
+        ctxs = [c for _, c in rems]
         mctx = sum(ctxs)
-        reprefill, kv = self.view.cost.reprefill_s, self.dc.migrate_kv and self.kv_migration
         looked = 0
         for load in reversed(self.old.loads(ver)):
             for p in self.old.bucket(ver, load):
@@ -521,15 +536,13 @@ class DoraPolicy(StreamingPolicy):
                 if self.prog.kv_held(p.id, now) + mctx > 0.9 * p.kv_tokens:
                     continue
                 t_dst = self._drain_s(p, None, True)
-                f_dst = self.prog.f[p.id]
-                pre = (reprefill(mctx, f_dst) if not kv else  # what moves by re-prefill
-                       sum(reprefill(c, f_dst) for t, c in zip(moved, ctxs) if not self._kv(t, p, load + m - 1)))
-                merged = self._drain_s(p, moved, True) + pre  # the re-prefill stalls the destination's batch
+                pre = self._reprefill_s(moved, ctxs, p, load + m - 1)
+                merged = self._drain_s(p, rems, True) + pre  # the re-prefill stalls the destination's batch
                 if merged - t_dst >= t_src * src.max_seqs / p.max_seqs:
                     continue  # the destination's slots would stand idle longer than the source's are freed
                 if now + merged > dl and (not self.data_bound() or merged > max(t_src, t_dst)):
                     continue  # late for the trainer (and, where data paces it, later than it would be anyway)
-                if now + self._drain_s(p, moved, True, residents=True) + pre > max(dl, now + t_dst):
+                if now + self._drain_s(p, rems, True, residents=True) + pre > max(dl, now + t_dst):
                     continue  # the destination's own trajectories, slowed by the moved ones, late for the trainer
                 return p
         return None
