@@ -8,7 +8,8 @@ already run their generation in threads of their own; the trainer runs in its ac
 `kill(actor)` makes the actor dead as Ray's does: its calls still pending and every later one
 fail with ActorDiedError (Ray: RayActorError), and the object's `close()` (if any) runs, so an
 engine stops generating. A call already running on the actor's thread cannot be stopped; its
-result is dropped.
+result is dropped, but what it writes still lands (a checkpoint save: a replacement trainer's
+resume reads a checkpoint replaced under it again).
 """
 
 from __future__ import annotations

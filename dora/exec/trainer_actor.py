@@ -5,8 +5,21 @@ joined the group (`join`); every rank answers every call, rank 0 alone writes fi
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
+
+
+RESUME_READS = 5  # reads of a checkpoint that keeps being replaced under the reader before giving up
+
+
+def _dir_id(d: Path) -> tuple[int, int, int] | None:
+    """(device, inode, mtime) of a directory: a save renames a new directory over the old one."""
+    try:
+        st = os.stat(d)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
 class TrainerActor:
@@ -99,18 +112,30 @@ class TrainerActor:
 
     def resume(self) -> dict:
         """Load the last checkpoint if there is one; its data-consumption state (version 0 and
-        nothing trained when there is none: the trainer starts from the model itself)."""
+        nothing trained when there is none: the trainer starts from the model itself). A checkpoint
+        replaced while it is read (a save of the trainer this one replaces, landing late) is read
+        again, so weights, optimizer and data state all come from one save."""
         from dora.exec.trainer import latest_checkpoint, read_data_state
 
-        ckpt = latest_checkpoint(self.out / "checkpoint")
-        if ckpt is None:
-            return {"version": 0, "trained_groups": []}
-        self.trainer.load_checkpoint(ckpt)
-        state = read_data_state(ckpt)
-        if state.get("version") != self.trainer.version:
-            raise RuntimeError(f"checkpoint {ckpt}: data state of version {state.get('version')} beside trainer "
-                               f"version {self.trainer.version}")
-        return state
+        for _ in range(RESUME_READS):
+            ckpt = latest_checkpoint(self.out / "checkpoint")
+            if ckpt is None:
+                return {"version": 0, "trained_groups": []}
+            before = _dir_id(ckpt)
+            try:
+                self.trainer.load_checkpoint(ckpt)
+                state = read_data_state(ckpt)
+            except Exception:
+                if _dir_id(ckpt) == before:
+                    raise
+                continue  # replaced (or removed) under the read
+            if _dir_id(ckpt) != before:
+                continue
+            if state.get("version") != self.trainer.version:
+                raise RuntimeError(f"checkpoint {ckpt}: data state of version {state.get('version')} beside "
+                                   f"trainer version {self.trainer.version}")
+            return state
+        raise RuntimeError(f"checkpoint {self.out / 'checkpoint'}: replaced while read, {RESUME_READS} times")
 
     def resume_and_step(self, batches: dict[int, list], step: int) -> tuple[dict, dict]:
         """After a restart: load the last checkpoint (version c), re-train the batches of steps

@@ -293,3 +293,32 @@ def test_trainer_scores_at_its_temperature(tiny_model_dir, tiny_tokenizer):
 
     with pytest.raises(InputError, match="temperature"):
         build(TrainerConfig, {"temperature": 0})
+
+
+def test_resume_reads_again_a_checkpoint_replaced_under_it(tiny_model_dir, tmp_path):
+    """A killed trainer's save can land while its replacement resumes (in-process actors cannot be
+    stopped mid-call): the checkpoint renamed over the one being read is read again, so weights,
+    optimizer and data state come from one save, not the weights of one and the data state of the next."""
+    from dora.exec.trainer_actor import TrainerActor
+
+    cfg = TrainerConfig(device="cpu", lr=1e-2)
+    old = Trainer(tiny_model_dir, cfg)
+    old.step(_random_batch(seed=1))
+    ckpt = tmp_path / "checkpoint"
+    old.save_checkpoint(ckpt, data_state={"version": 1, "trained_groups": [0, 1, 2]})
+    actor = TrainerActor(str(tiny_model_dir), cfg, str(tmp_path))
+    load, reads = actor.trainer.load_checkpoint, []
+
+    def load_then_replaced(d):
+        load(d)
+        reads.append(actor.trainer.version)
+        if len(reads) == 1:  # the old trainer's next save lands between the weights and the data state
+            old.step(_random_batch(seed=2, version=1))
+            old.save_checkpoint(ckpt, data_state={"version": 2, "trained_groups": [0, 1, 2, 3]})
+
+    actor.trainer.load_checkpoint = load_then_replaced
+    state = actor.resume()
+    assert reads == [1, 2]
+    assert state["version"] == actor.trainer.version == 2 and state["trained_groups"] == [0, 1, 2, 3]
+    pa, pb = old.state_dict_for_publish(), actor.trainer.state_dict_for_publish()
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
