@@ -101,6 +101,8 @@ def parser() -> argparse.ArgumentParser:
                     help="configurations whose name contains this (repeat: any of them)")
     ap.add_argument("--limit", type=int, metavar="K", help="the first K configurations (after --quick/--only)")
     ap.add_argument("--ablation", action="store_true", help="run dora and each ABLATIONS entry instead of VARIANTS")
+    ap.add_argument("--variant", action="append", metavar="NAME",
+                    help="with --ablation: only this ABLATIONS entry beside dora (repeat: several)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel processes (default: CPU count)")
     ap.add_argument("--fresh", action="store_true", help="ignore cached results (new results still go to the cache)")
     ap.add_argument("--steps", type=int, help="override every configuration's steps (development and tests)")
@@ -182,8 +184,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{c.name:<40} {c.kind:<6} " + " ".join(f"{k}={v}" for k, v in c.axes().items()))
             print(f"({len(configs)} configurations)", file=sys.stderr)
             return 0
+        if args.variant and not args.ablation:
+            raise InputError("--variant: only with --ablation (the grid runs every policy of VARIANTS)")
+        unknown = sorted(set(args.variant or ()) - set(ABLATIONS))
+        if unknown:
+            raise InputError(f"--variant {', '.join(unknown)}: no such ABLATIONS entry; choose from "
+                             + ", ".join(ABLATIONS))
         notes = Notes()
-        variants = (dict([("dora", VARIANTS["dora"])], **{k: ("dora", tuple(v)) for k, v in ABLATIONS.items()})
+        flips = {k: v for k, v in ABLATIONS.items() if not args.variant or k in args.variant}
+        variants = (dict([("dora", VARIANTS["dora"])], **{k: ("dora", tuple(v)) for k, v in flips.items()})
                     if args.ablation else VARIANTS)
         if args.dora_set:
             variants = {k: (p, (*sets, *args.dora_set)) if p == "dora" else (p, sets) for k, (p, sets) in variants.items()}

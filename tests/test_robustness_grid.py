@@ -212,6 +212,15 @@ def test_ablation_table(tmp_path, rg):
     assert not (tmp_path / "ablation_summary.csv").exists()
 
 
+def test_ablation_of_named_rows_only(tmp_path, rg):
+    csv = tmp_path / "ablation.csv"
+    p = run("--ablation", "--variant", "predictor_none", "--only", "moe_longtail/inst=8,load=light", "--steps", "3",
+            "--jobs", "1", "--quiet", "--csv", str(csv), tmp_path=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert sorted(pd.read_csv(csv)["variant"].unique()) == ["dora", "predictor_none"]
+    assert "| predictor_none |" in p.stdout and "| consolidate_off |" not in p.stdout
+
+
 def test_ablation_table_counts_only_sure_losses(rg):
     """Two configurations, 4 replicas: `a` loses 10% on every replica (its interval is the point,
     0.9), `b` 7% on the means ((0.8 + 1.06 + 0.8 + 1.06) / 4 = 0.93) but wins on
@@ -233,6 +242,8 @@ def test_ablation_table_counts_only_sure_losses(rg):
     (["--jobs", "0"], "--jobs"),
     (["--png", "out.txt"], "--png"),
     (["--settle", "-1"], "--settle"),
+    (["--variant", "predictor_none"], "--variant"),
+    (["--ablation", "--variant", "no_such_row"], "--variant"),
 ])
 def test_bad_input_exits_2(tmp_path, bad, needle):
     p = run(*bad, tmp_path=tmp_path)

@@ -14,17 +14,19 @@ COST = DecodeCost(base_s=0.005, expert_s=0.0, per_seq_s=0.005, per_ctx_s=0.0, we
 TOTAL = 1000  # predicted length of every sample (its group-mates' median)
 
 
-def _policy(eta: int = 1, kv_tokens: int = 10**6, cohort_check: bool = True) -> DoraPolicy:
-    """Instance 0 serves the newest version (1) with 4 of its 8 slots busy; instances 1 and 2 are
-    loading it (they serve nothing yet); groups of 4 samples, prompts of 10 tokens."""
+def _policy(eta: int = 1, kv_tokens: int = 10**6, cohort_check: bool = True, loading: int = 2,
+            waiting: int = 2) -> DoraPolicy:
+    """Instance 0 serves the newest version (1) with 4 of its 8 slots busy; instances 1 and 2
+    (1..`loading`) are loading it (they serve nothing yet); `waiting` groups of 4 samples wait,
+    prompts of 10 tokens."""
     cfg = build(PolicyConfig, {"batch_size": 1, "group_size": 4, "eta": eta, "dora": {"cohort_check": cohort_check}})
     pol = DoraPolicy(cfg)
-    specs = tuple(E.InstanceSpec(i, 8, kv_tokens) for i in range(3))
+    specs = tuple(E.InstanceSpec(i, 8, kv_tokens) for i in range(1 + loading))
     pol.handle(E.ClusterStarted(specs, 1, cost=COST), 0.0)
     v = pol.view
     v.latest_version = 1
     v.instances[0].versions = {1}
-    for i in (1, 2):
+    for i in range(1, 1 + loading):
         v.instances[i].versions = set()
         v.instances[i].loading = 1
     g = v.add_group(100, 4, 10, 0.0)
@@ -34,7 +36,7 @@ def _policy(eta: int = 1, kv_tokens: int = 10**6, cohort_check: bool = True) -> 
     pol.backlog.clear()
     pol.index_all()
     assert len(v.instances[0].active) == 4 and pol.pool_free == 4
-    for pid in (1, 2):
+    for pid in range(1, 1 + waiting):
         pol.backlog.append(v.add_group(pid, 4, 10, 0.0))
         pol.pred.mates[pid] = [TOTAL]
     return pol
@@ -57,11 +59,37 @@ def test_a_group_waits_only_for_a_finish_at_least_a_fifth_sooner():
     assert pol.place(g) is None
 
 
+def test_a_group_waits_for_instances_beyond_the_first_eight_to_come():
+    """Ten groups wait: demand 4 + 10 x 4 = 44 samples, 45 s now (8 at a time on instance 0).
+    Forty instances come in 20 s. Spread over the first 8 (and the pool), 44 / 9 = 4.9 each:
+    20 + 1000 x (0.005 + 0.005 x 4.9) = 49.4 s; over the first 16, 44 / 17: 37.9 s; neither below
+    0.8 x 45 = 36 s. Over the first 32, 44 / 33 = 1.33 each: 20 + 11.7 = 31.7 s: wait."""
+    pol = _policy(loading=40, waiting=10)
+    pol._ready_at = {i: 20.0 for i in range(1, 41)}
+    g = pol.backlog[0]
+    assert pol._spread_s(44 / 9, 8, TOTAL, 10) + 20.0 > 36.0 and pol._spread_s(44 / 17, 8, TOTAL, 10) + 20.0 > 36.0
+    assert pol._spread_s(44 / 33, 8, TOTAL, 10) + 20.0 < 36.0
+    assert pol._wait_pays(g, 8, TOTAL)
+    pol._ready_at = {i: 20.0 for i in range(1, 17)}  # only 16 come
+    assert not pol._wait_pays(g, 8, TOTAL)
+
+
 def test_no_spreading_when_the_slots_bind():
     pol = _policy(eta=4)  # the cap admits (1 + 4 + 1) x 1 group x 4 = 24 samples: every slot
     pol._ready_at = {1: 2.0, 2: 3.0}
     assert not pol._slots_spare()
     assert pol.place(pol.backlog[0]) is not None
+
+
+def test_finished_groups_waiting_for_the_trainer_take_no_slots():
+    """The cap admits 24 samples, every slot (above); two of its six groups have finished and
+    wait for the trainer: the 4 x 4 = 16 samples left to decode leave slots to spare."""
+    pol = _policy(eta=4)
+    v = pol.view
+    for pid in (7, 8):
+        done = v.add_group(pid, 4, 10, 0.0)
+        v.buffer[pid] = done
+    assert pol._slots_spare()
 
 
 def test_a_group_is_not_packed_beyond_the_predicted_kv():

@@ -162,12 +162,13 @@ class DoraPolicy(StreamingPolicy):
         return StreamingPolicy.place(self, g)
 
     def _slots_spare(self) -> bool:
-        """Every group the staleness cap admits fits in the cluster's decode slots with slots to
-        spare: the cap, not the slots, limits the newest version's work (light load)."""
+        """Every group the staleness cap lets decode (the groups it admits, less the finished ones
+        waiting for the trainer) fits in the cluster's decode slots with slots to spare: the cap,
+        not the slots, limits the newest version's work (light load)."""
         cap = self._admit_cap
         if cap is None:
             cap = self._admit_cap = self.admission_cap()
-        return cap * (self.G or 1) < self._slots_total
+        return (cap - len(self.view.buffer)) * (self.G or 1) < self._slots_total
 
     def _ready_soon(self) -> list[float]:
         """Predicted times at which instances start serving the newest version: those loading it,
@@ -201,10 +202,14 @@ class DoraPolicy(StreamingPolicy):
         n_pool = len(self.pool)
         demand = n_pool * slots - self.pool_free + g.size * max(len(self.backlog), 1)
         now_s = self._spread_s(demand / n_pool, slots, total, g.prompt_len)
-        for j, t in enumerate(ready[:2 * _SOURCES_LOOKED_AT]):
-            if t - self.now + self._spread_s(demand / (n_pool + j + 1), slots, total, g.prompt_len) < _WAIT_GAIN * now_s:
+        j, last = 0, len(ready) - 1
+        while True:  # waiting for the 1st, 2nd, 4th, 8th... instance to come, and for the last
+            if ready[j] - self.now + self._spread_s(demand / (n_pool + j + 1), slots, total, g.prompt_len) < \
+                    _WAIT_GAIN * now_s:
                 return True
-        return False
+            if j == last:
+                return False
+            j = min(2 * j + 1, last)
 
     # ---- progress bookkeeping (every change of where a trajectory runs) -----------------------------
     def start_group(self, g: GroupView, version: int, instances: list[InstView], pred: float = 0.0) -> None:
