@@ -174,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--settle {args.settle}: must be >= 0 replicas (0: never)")
         if args.steps is not None and args.steps < 2:
             raise InputError(f"--steps {args.steps}: must be >= 2")
+        if args.variant and not args.ablation:
+            raise InputError("--variant: only with --ablation (the grid runs every policy of VARIANTS)")
+        unknown = sorted(set(args.variant or ()) - set(ABLATIONS))
+        if unknown:
+            raise InputError(f"--variant {', '.join(unknown)}: no such ABLATIONS entry; choose from "
+                             + ", ".join(ABLATIONS))
         for flag, p, types in (("--csv", args.csv, (".csv",)), ("--summary", args.summary, (".csv",)),
                                ("--png", args.png, (".png", ".svg", ".pdf"))):
             if p and (Path(p).is_dir() or Path(p).suffix.lower() not in types):
@@ -184,12 +190,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{c.name:<40} {c.kind:<6} " + " ".join(f"{k}={v}" for k, v in c.axes().items()))
             print(f"({len(configs)} configurations)", file=sys.stderr)
             return 0
-        if args.variant and not args.ablation:
-            raise InputError("--variant: only with --ablation (the grid runs every policy of VARIANTS)")
-        unknown = sorted(set(args.variant or ()) - set(ABLATIONS))
-        if unknown:
-            raise InputError(f"--variant {', '.join(unknown)}: no such ABLATIONS entry; choose from "
-                             + ", ".join(ABLATIONS))
         notes = Notes()
         flips = {k: v for k, v in ABLATIONS.items() if not args.variant or k in args.variant}
         variants = (dict([("dora", VARIANTS["dora"])], **{k: ("dora", tuple(v)) for k, v in flips.items()})

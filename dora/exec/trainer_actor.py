@@ -128,9 +128,9 @@ class TrainerActor:
             except Exception:
                 if _dir_id(ckpt) == before:
                     raise
-                continue  # replaced (or removed) under the read
-            if _dir_id(ckpt) != before:
                 continue
+            if _dir_id(ckpt) != before:
+                continue  # replaced (or removed) under the read
             if state.get("version") != self.trainer.version:
                 raise RuntimeError(f"checkpoint {ckpt}: data state of version {state.get('version')} beside "
                                    f"trainer version {self.trainer.version}")

@@ -87,8 +87,11 @@ def test_finished_groups_waiting_for_the_trainer_take_no_slots():
     pol = _policy(eta=4)
     v = pol.view
     for pid in (7, 8):
-        done = v.add_group(pid, 4, 10, 0.0)
-        v.buffer[pid] = done
+        g = v.add_group(pid, 4, 10, 0.0)
+        v.open_group(g, 1)
+        for k in range(4):
+            v.finish_traj(v.new_traj(g, k, 1, 0, 0.0).id, 100, 1.0)
+    assert len(v.buffer) == 2
     assert pol._slots_spare()
 
 
