@@ -312,3 +312,25 @@ def test_cache_key_holds_only_the_runs_own_policy_section(rg):
     assert section([], "dora") != section(flip, "dora")
     assert set(section([], "laminar")["policy"]) == {"eta", "batch_size", "group_size", "laminar"}
     assert "one_step" not in section([], "one_step")["policy"] and "sync" not in section([], "one_step")["policy"]
+
+
+def test_interval_of_dora_against_the_best_baseline_by_hand(rg):
+    """Config `a`: dora / laminar 2x on both replicas, so every resampled ratio is 2 and the
+    interval is the point. Config `b`: dora 1 and 3 against laminar 1 and 1: a resample of the two
+    pairs has mean ratio 1 (both the first), 2 (one each) or 3 (both the second), with chances
+    1/4, 1/2, 1/4, so the 2.5th and 97.5th percentiles are 1 and 3. Below 0.99 on the mean, `c`
+    (0.9 on both replicas) has its interval below too; one replica gives no interval."""
+    rows = []
+    for cfg, rep, dora, lam in (("a", 0, 2.0, 1.0), ("a", 1, 4.0, 2.0), ("b", 0, 1.0, 1.0), ("b", 1, 3.0, 1.0),
+                                ("c", 0, 0.9, 1.0), ("c", 1, 0.9, 1.0), ("d", 0, 1.0, 1.0)):
+        for variant, e2e in (("sync", 0.1), ("laminar", lam), ("dora", dora)):
+            rows.append({"config": cfg, "family": "f", "kind": "base", "variation": cfg, "replica": rep,
+                         "variant": variant, "e2e_samples_per_s": e2e, "c1_violations": 0, "c2_lost": 0,
+                         "c2_duplicated": 0, "c3_violations": 0})
+    s = rg.summarize(pd.DataFrame(rows)).set_index("config")
+    assert (s.loc["a", "dora_vs_best_lo"], s.loc["a", "dora_vs_best_hi"]) == pytest.approx((2.0, 2.0))
+    assert (s.loc["b", "dora_vs_best_lo"], s.loc["b", "dora_vs_best_hi"]) == pytest.approx((1.0, 3.0))
+    assert math.isnan(s.loc["d", "dora_vs_best_lo"])
+    text = rg.summary_text(s.reset_index())
+    assert "below 0.99 on 1, of them with the replicas' 95% interval below 0.99 too on 1" in text
+    assert "interval 0.900-0.900 over 2 replicas" in text

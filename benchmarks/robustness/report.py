@@ -43,8 +43,9 @@ def best_baseline(base: pd.DataFrame) -> pd.Series:
 
 
 def summarize(tab: pd.DataFrame, commands: dict[str, str] | None = None) -> pd.DataFrame:
-    """One row per configuration: the best baseline, dora's ratios to it and to partial, C1-C3 held,
-    and (`commands`: config -> text) the `python -m dora.sim` arguments that reproduce it."""
+    """One row per configuration: the best baseline, dora's ratios to it (with the paired 95%
+    interval over replicas, `best_interval`) and to partial, C1-C3 held, and (`commands`: config
+    -> text) the `python -m dora.sim` arguments that reproduce it."""
     if tab.empty:
         return pd.DataFrame()
     e2e = tab.pivot_table(index="config", columns="variant", values="e2e_samples_per_s", aggfunc="mean")
@@ -58,6 +59,8 @@ def summarize(tab: pd.DataFrame, commands: dict[str, str] | None = None) -> pd.D
     out["dora_samples_per_s"] = e2e["dora"] if "dora" in e2e else nan
     out["partial_samples_per_s"] = e2e["partial"] if "partial" in e2e else nan
     out["dora_vs_best"] = out["dora_samples_per_s"] / out["best_baseline_samples_per_s"]
+    ci = best_interval(tab, out["best_baseline"]).reindex(out.index)
+    out["dora_vs_best_lo"], out["dora_vs_best_hi"] = ci["lo"], ci["hi"]
     out["dora_vs_partial"] = out["dora_samples_per_s"] / out["partial_samples_per_s"]
     if "partial_areal" in e2e:
         out["dora_vs_partial_areal"] = out["dora_samples_per_s"] / e2e["partial_areal"]
@@ -77,6 +80,21 @@ def summarize(tab: pd.DataFrame, commands: dict[str, str] | None = None) -> pd.D
         out["command"] = [commands.get(c, "") for c in out.index]
     order = {n: i for i, n in enumerate(tab["config"].drop_duplicates())}
     return out.sort_index(key=lambda ix: ix.map(order)).reset_index()
+
+
+def best_interval(tab: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
+    """Per configuration with two or more replicas that ran both dora and its best baseline
+    (`best`: config -> variant), the paired 95% bootstrap interval (`paired_ci`) of dora / best:
+    columns lo, hi."""
+    runs = tab.pivot_table(index=["config", "replica"], columns="variant", values="e2e_samples_per_s")
+    rows = {}
+    for cfg, b in best.dropna().items():
+        if "dora" not in runs or b not in runs or cfg not in runs.index.get_level_values("config"):
+            continue
+        pair = runs.loc[cfg, ["dora", b]].dropna().to_numpy()
+        if len(pair) >= 2:
+            rows[cfg] = paired_ci(pair[:, 0], pair[:, 1])
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["lo", "hi"]).reindex(best.index)
 
 
 def unsettled(tab: pd.DataFrame, threshold: float = THRESHOLD) -> list[str]:
@@ -99,12 +117,17 @@ def summary_text(summ: pd.DataFrame) -> str:
     if r.empty:
         return "no configuration has both dora and a baseline"
     low = summ[summ["dora_vs_best"] < 0.99].sort_values("dora_vs_best")
+    hi = summ.get("dora_vs_best_hi", pd.Series(math.nan, index=summ.index))
+    sure = low[hi[low.index] < 0.99]
     lines = [f"{len(r)} configurations: dora / best baseline min {r.min():.3f} ({summ.loc[r.idxmin(), 'config']}), "
              f"median {r.median():.3f}, max {r.max():.3f}; dora >= 1.10x on {(r >= 1.10).mean():.0%} "
-             f"({(r >= 1.10).sum()}/{len(r)}), below 0.99 on {len(low)}"]
-    for _, row in low.iterrows():
+             f"({(r >= 1.10).sum()}/{len(r)}), below 0.99 on {len(low)}, of them with the replicas' 95% "
+             f"interval below 0.99 too on {len(sure)}"]
+    for i, row in low.iterrows():
+        ci = (f", interval {row['dora_vs_best_lo']:.3f}-{row['dora_vs_best_hi']:.3f} over {row['replicas']} replicas"
+              if not math.isnan(hi[i]) else "")
         lines.append(f"  {row['config']:<36} {row['dora_vs_best']:.3f}  (dora {row['dora_samples_per_s']:.2f} vs "
-                     f"{row['best_baseline']} {row['best_baseline_samples_per_s']:.2f} samples/s)")
+                     f"{row['best_baseline']} {row['best_baseline_samples_per_s']:.2f} samples/s{ci})")
     p = summ["dora_vs_partial"].dropna()
     if not p.empty:
         lines.append(f"dora / partial: min {p.min():.3f} ({summ.loc[p.idxmin(), 'config']}), median {p.median():.3f}, "
