@@ -88,13 +88,18 @@ def best_interval(tab: pd.DataFrame, best: pd.Series) -> pd.DataFrame:
     columns lo, hi."""
     runs = tab.pivot_table(index=["config", "replica"], columns="variant", values="e2e_samples_per_s")
     rows = {}
-    for cfg, b in best.dropna().items():
-        if "dora" not in runs or b not in runs or cfg not in runs.index.get_level_values("config"):
-            continue
-        pair = runs.loc[cfg, ["dora", b]].dropna().to_numpy()
-        if len(pair) >= 2:
-            rows[cfg] = paired_ci(pair[:, 0], pair[:, 1])
+    if "dora" in runs:
+        for cfg, b in best.dropna().items():
+            pair = replica_pairs(runs, cfg, "dora", b)
+            if len(pair) >= 2:
+                rows[cfg] = paired_ci(*pair.T)
     return pd.DataFrame.from_dict(rows, orient="index", columns=["lo", "hi"]).reindex(best.index)
+
+
+def replica_pairs(runs: pd.DataFrame, cfg: str, a: str, b: str) -> np.ndarray:
+    """`cfg`'s replicas that ran both variants, as rows (a's throughput, b's); `runs` is the tidy
+    table pivoted to (config, replica) x variant."""
+    return runs.loc[cfg, [a, b]].dropna().to_numpy()
 
 
 def unsettled(tab: pd.DataFrame, threshold: float = THRESHOLD) -> list[str]:
@@ -117,15 +122,15 @@ def summary_text(summ: pd.DataFrame) -> str:
     if r.empty:
         return "no configuration has both dora and a baseline"
     low = summ[summ["dora_vs_best"] < 0.99].sort_values("dora_vs_best")
-    hi = summ.get("dora_vs_best_hi", pd.Series(math.nan, index=summ.index))
-    sure = low[hi[low.index] < 0.99]
+    sure = low[low["dora_vs_best_hi"] < 0.99] if "dora_vs_best_hi" in low else low.iloc[:0]
     lines = [f"{len(r)} configurations: dora / best baseline min {r.min():.3f} ({summ.loc[r.idxmin(), 'config']}), "
              f"median {r.median():.3f}, max {r.max():.3f}; dora >= 1.10x on {(r >= 1.10).mean():.0%} "
              f"({(r >= 1.10).sum()}/{len(r)}), below 0.99 on {len(low)}, of them with the replicas' 95% "
              f"interval below 0.99 too on {len(sure)}"]
-    for i, row in low.iterrows():
-        ci = (f", interval {row['dora_vs_best_lo']:.3f}-{row['dora_vs_best_hi']:.3f} over {row['replicas']} replicas"
-              if not math.isnan(hi[i]) else "")
+    for _, row in low.iterrows():
+        hi = row.get("dora_vs_best_hi", math.nan)
+        ci = (f", interval {row['dora_vs_best_lo']:.3f}-{hi:.3f} over {row['replicas']} replicas"
+              if not math.isnan(hi) else "")
         lines.append(f"  {row['config']:<36} {row['dora_vs_best']:.3f}  (dora {row['dora_samples_per_s']:.2f} vs "
                      f"{row['best_baseline']} {row['best_baseline_samples_per_s']:.2f} samples/s{ci})")
     p = summ["dora_vs_partial"].dropna()
@@ -178,7 +183,7 @@ def ablation_table(tab: pd.DataFrame) -> str:
         below = r.index[r < 0.98]
         sure = "–"
         if tab["replica"].nunique() > 1:
-            sure = str(sum(paired_ci(*runs.loc[c, ["dora", v]].dropna().to_numpy().T)[1] < 1.0 for c in below))
+            sure = str(sum(paired_ci(*replica_pairs(runs, c, "dora", v).T)[1] < 1.0 for c in below))
         lines.append(f"| {v} | {len(r)} | {r.mean():.3f} | {r.min():.3f} ({r.idxmin()}) | {r.max():.3f} "
                      f"({r.idxmax()}) | {len(below)} | {sure} |")
     return ("dora(default) / dora(flipped), e2e samples/s: > 1 = the mechanism helps\n\n" + "\n".join(lines))
