@@ -133,11 +133,18 @@ def test_consolidations_bound_falls_back_to_three_times_made_where_few_tails_wer
 
 
 def _consolidation(dl_after_s: float, prefill_per_token_s: float = 5.592e-6):
+    """What `_safe_destination` picks in `_consolidation_policy`'s case, the trainer's deadline
+    `dl_after_s` from now."""
+    pol = _consolidation_policy(prefill_per_token_s)
+    return pol._safe_destination(0, pol.view.instances[1], pol.now + dl_after_s)
+
+
+def _consolidation_policy(prefill_per_token_s: float = 5.592e-6) -> DoraPolicy:
     """Instances 1 (source, half as fast: f = 2) and 2 (destination) serve the old version 0;
     instance 0 the newest. Decode step of n: 0.05 + 0.005·n s. Every finished length so far is
     2000, so a trajectory that has made g tokens has 2000 - g left (20 lengths beyond it: no
     fallback). The source runs one trajectory at 100 tokens (1900 left), the destination four at
-    1500 (500 left each). The data paces the trainer. Returns what `_safe_destination` picks."""
+    1500 (500 left each). The data paces the trainer."""
     cost = DecodeCost(base_s=0.05, expert_s=0.0, per_seq_s=0.005, per_ctx_s=0.0, weight_load_s=1.0,
                       prefill_per_token_s=prefill_per_token_s)
     cfg = build(PolicyConfig, {"batch_size": 1, "group_size": 4, "eta": 1})
@@ -160,7 +167,7 @@ def _consolidation(dl_after_s: float, prefill_per_token_s: float = 5.592e-6):
     pol.index_all()
     v.trainer_version = 3  # no late group held the trainer at versions 2 and 3: data paces it
     assert pol.data_bound()
-    return pol._safe_destination(0, v.instances[1], pol.now + dl_after_s)
+    return pol
 
 
 def test_consolidation_refuses_a_destination_whose_own_trajectories_it_makes_late():
@@ -182,3 +189,34 @@ def test_consolidation_counts_the_re_prefill_of_what_moves():
     132 s: 211.5 s > 209 s, refused."""
     assert _consolidation(1000.0, prefill_per_token_s=1.1).id == 2
     assert _consolidation(1000.0, prefill_per_token_s=1.2) is None
+
+
+def test_consolidation_of_a_tool_bound_version_waits_no_longer_than_the_version_does():
+    """The case above, the trainer no longer paced by data (a late group held it at version 1),
+    so consolidation is off; groups wait for slots. Once at least half of version 0's five
+    running trajectories wait for a tool call (3 of the destination's 4), tool waits, not decode
+    speed, decide when the version ends: consolidation runs, its deadline the version's
+    predicted last finish (mean remainders, tool waits not counted): the source's drain,
+    2·1900·0.055 = 209 s. The merged drain, 114.5 s, and the destination's own, 37.5 s, end
+    before it: the trajectory moves and the source loads the newest version."""
+    pol = _consolidation_policy()
+    v = pol.view
+    v.trainer_version = 2
+    pol.pace.blocked_at = 1
+    assert not pol.data_bound()
+    pol.backlog.append(v.add_group(1, 9, 10, 0.0))  # more samples than the newest version's 8 slots
+    src = v.instances[1]
+    moved = next(iter(src.active))
+    dst_trajs = sorted(v.instances[2].active)
+    for t in dst_trajs[:2]:
+        pol.on_tool_call(t, 2, -1)
+    assert pol.capacity_needed() and not pol._tool_bound(0)  # 2 of 5
+    pol._repartition_version(0, 1)
+    assert moved in src.active and src.loading < 0  # not tool-bound, not paced by data: nothing moves
+    pol.on_tool_call(dst_trajs[2], 2, -1)
+    assert pol._tool_bound(0)  # 3 of 5
+    assert abs(pol._last_finish(0) - 209.0) < 1e-9
+    assert pol._safe_destination(0, src, pol.now + 114.0, tools=True) is None  # the merged drain is later
+    assert pol._safe_destination(0, src, pol.now + 115.0, tools=True) is v.instances[2]
+    pol._repartition_version(0, 1)
+    assert pol.prog.where(moved) == 2 and src.loading == 1

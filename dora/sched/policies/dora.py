@@ -22,7 +22,10 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
 - Consolidation: when groups wait for slots, an old-version instance with at most
   `repartition_load` of its slots busy moves all its trajectories onto the
   busiest same-version peer that can take them while none of them becomes at risk, and
-  loads the newest version (`consolidate`).
+  loads the newest version (`consolidate`); only while data paces the trainer, or while at
+  least half of the version's running trajectories wait for tool calls (then none may end
+  after the version's predicted last finish: a slower decode barely delays a trajectory that
+  mostly waits on tools).
   With versions_per_instance > 1 an instance instead loads the new version next to the old
   one and serves both until the old tails finish.
 - Staleness: batches take the oldest version first. When a trainer step at version i would
@@ -374,8 +377,34 @@ class DoraPolicy(StreamingPolicy):
                     self.load(inst, latest)  # drained: switch now
         if self.dc.host_max > 1 and self.dc.spread_tails and not self.capacity_needed():
             self._host_more(ver, buckets)
-        if self.dc.consolidate and self.data_bound() and self.capacity_needed():
+        if self.dc.consolidate and self.capacity_needed() and (self.data_bound() or self._tool_bound(ver)):
             self._consolidate(ver, latest)
+
+    def _tool_bound(self, ver: int) -> bool:
+        """At least half of `ver`'s running trajectories wait for a tool call now (`tool_calls`):
+        tool waits, which no decode slowdown lengthens, decide when the version ends."""
+        lent = self._lent
+        if not lent:
+            return False
+        trajs = self.view.trajs
+        k = 0
+        for t in lent:
+            if trajs[t].version == ver:
+                k += 1
+        return k > 0 and 2 * k >= sum(len(inst.active) for inst in self.old.members(ver))
+
+    def _last_finish(self, ver: int) -> float:
+        """Predicted time `ver`'s last running trajectory ends: the latest of its instances'
+        drains with mean remainders (tool waits not counted)."""
+        now, prog, cost = self.now, self.prog, self.view.cost
+        last = now
+        for inst in self.old.members(ver):
+            if inst.active:
+                trajs = sorted((self.remaining(t), prog.plen[t] + prog.generated(t, now), True) for t in inst.active)
+                end = now + cost.drain_s(trajs, prog.f[inst.id])
+                if end > last:
+                    last = end
+        return last
 
     def _host_more(self, ver: int, buckets: dict[int, dict[int, InstView]]) -> None:
         """Instances of `ver` with fewer than `host_max` trajectories, least busy first (at most
@@ -455,8 +484,10 @@ class DoraPolicy(StreamingPolicy):
     def _consolidate(self, ver: int, latest: int) -> None:
         """Old-version instances with few trajectories (at most `repartition_load` of their slots),
         fewest first, move whole onto the busiest peer of their version on which every moved and
-        resident trajectory is predicted to finish before the version's own last one or the
-        earliest time the trainer could need it, whichever is later; then load the newest."""
+        resident trajectory is predicted to finish before the earliest time the trainer could need
+        it (or, where data paces the trainer, no later than the two would drain anyway; where tool
+        waits decide when the version ends, `_tool_bound`, before the version's own predicted last
+        finish if that is later); then load the newest."""
         if self.now < self._retry.get(ver, 0.0):
             return  # the last pass over this version found nothing to move: not again so soon
         old, share = self.old, self.dc.repartition_load
@@ -464,6 +495,9 @@ class DoraPolicy(StreamingPolicy):
         if widen:
             self._c = self.calib.factor(lambda t: prog.generated(t, now), now)
         dl = self.deadline(ver, paced=True)
+        tools = self._tool_bound(ver)
+        if tools:
+            dl = max(dl, self._last_finish(ver))
         looked = 0
         for load in old.loads(ver):
             if load == 0:
@@ -476,7 +510,7 @@ class DoraPolicy(StreamingPolicy):
                 if not self.capacity_needed():
                     return
                 looked += 1
-                dst = self._safe_destination(ver, src, dl)
+                dst = self._safe_destination(ver, src, dl, tools)
                 if dst is not None:
                     residents = dst.load + len(src.active) - 1
                     for tid in list(src.active):
@@ -518,11 +552,12 @@ class DoraPolicy(StreamingPolicy):
             return reprefill(sum(ctxs), f)  # every one re-prefills
         return sum(reprefill(c, f) for t, c in zip(moved, ctxs) if not self._kv(t, dst, residents))
 
-    def _safe_destination(self, ver: int, src: InstView, dl: float) -> InstView | None:
+    def _safe_destination(self, ver: int, src: InstView, dl: float, tools: bool = False) -> InstView | None:
         """A peer of `ver` to take all of `src`'s trajectories, if one pays: the source's slots,
         free now instead of when it would drain, outweigh how much later the destination drains
         (slot-seconds for the newest version), and nothing is predicted to finish later than
-        both `dl` and the later of the two instances' own predicted drains. Busiest first."""
+        both `dl` and the later of the two instances' own predicted drains (`tools`: than `dl`,
+        the version's own last finish). Busiest first."""
         now = self.now
         moved = list(src.active)
         m = len(moved)
@@ -545,7 +580,7 @@ class DoraPolicy(StreamingPolicy):
                 merged = self._drain_s(p, rems, True) + pre  # the re-prefill stalls the destination's batch
                 if merged - t_dst >= t_src * src.max_seqs / p.max_seqs:
                     continue  # the destination's slots would stand idle longer than the source's are freed
-                if now + merged > dl and (not self.data_bound() or merged > max(t_src, t_dst)):
+                if now + merged > dl and (tools or not self.data_bound() or merged > max(t_src, t_dst)):
                     continue  # late for the trainer (and, where data paces it, later than it would be anyway)
                 if now + self._drain_s(p, rems, True, residents=True) + pre > max(dl, now + t_dst):
                     continue  # the destination's own trajectories, slowed by the moved ones, late for the trainer
