@@ -377,8 +377,10 @@ class DoraPolicy(StreamingPolicy):
                     self.load(inst, latest)  # drained: switch now
         if self.dc.host_max > 1 and self.dc.spread_tails and not self.capacity_needed():
             self._host_more(ver, buckets)
-        if self.dc.consolidate and self.capacity_needed() and (self.data_bound() or self._tool_bound(ver)):
-            self._consolidate(ver, latest)
+        if self.dc.consolidate and self.capacity_needed():
+            tools = self._tool_bound(ver)
+            if tools or self.data_bound():
+                self._consolidate(ver, latest, tools)
 
     def _tool_bound(self, ver: int) -> bool:
         """At least half of `ver`'s running trajectories wait for a tool call now (`tool_calls`):
@@ -395,16 +397,8 @@ class DoraPolicy(StreamingPolicy):
 
     def _last_finish(self, ver: int) -> float:
         """Predicted time `ver`'s last running trajectory ends: the latest of its instances'
-        drains with mean remainders (tool waits not counted)."""
-        now, prog, cost = self.now, self.prog, self.view.cost
-        last = now
-        for inst in self.old.members(ver):
-            if inst.active:
-                trajs = sorted((self.remaining(t), prog.plen[t] + prog.generated(t, now), True) for t in inst.active)
-                end = now + cost.drain_s(trajs, prog.f[inst.id])
-                if end > last:
-                    last = end
-        return last
+        drains with mean remainders (`_drain_s`; tool waits not counted)."""
+        return self.now + max((self._drain_s(inst, mean=True) for inst in self.old.members(ver)), default=0.0)
 
     def _host_more(self, ver: int, buckets: dict[int, dict[int, InstView]]) -> None:
         """Instances of `ver` with fewer than `host_max` trajectories, least busy first (at most
@@ -481,13 +475,13 @@ class DoraPolicy(StreamingPolicy):
         rem = self.remaining(tid)
         return tid, rem, now + prog.time_left(tid, rem, now), prog.plen[tid] + prog.generated(tid, now)
 
-    def _consolidate(self, ver: int, latest: int) -> None:
+    def _consolidate(self, ver: int, latest: int, tools: bool = False) -> None:
         """Old-version instances with few trajectories (at most `repartition_load` of their slots),
         fewest first, move whole onto the busiest peer of their version on which every moved and
         resident trajectory is predicted to finish before the earliest time the trainer could need
         it (or, where data paces the trainer, no later than the two would drain anyway; where tool
         waits decide when the version ends, `_tool_bound`, before the version's own predicted last
-        finish if that is later); then load the newest."""
+        finish if that is later: `tools`); then load the newest."""
         if self.now < self._retry.get(ver, 0.0):
             return  # the last pass over this version found nothing to move: not again so soon
         old, share = self.old, self.dc.repartition_load
@@ -495,7 +489,6 @@ class DoraPolicy(StreamingPolicy):
         if widen:
             self._c = self.calib.factor(lambda t: prog.generated(t, now), now)
         dl = self.deadline(ver, paced=True)
-        tools = self._tool_bound(ver)
         if tools:
             dl = max(dl, self._last_finish(ver))
         looked = 0
@@ -524,25 +517,26 @@ class DoraPolicy(StreamingPolicy):
         self._retry[ver] = self.now + _RETRY_S
 
     def _drain_s(self, inst: InstView, extra: list[tuple[float, float]] | None = None, bound: bool = False,
-                 residents: bool = False) -> float:
+                 residents: bool = False, mean: bool = False) -> float:
         """Predicted seconds until `inst` holds nothing, were trajectories moved onto it (`extra`:
         their cautious remainders and contexts, `_remainders`): each runs its cautious remainder
-        and then leaves the batch (`DecodeCost.drain_s`); `residents`: until its own trajectories
-        finish, slowed by the extra ones while they run."""
+        and then leaves the batch (`DecodeCost.drain_s`; `mean`: its own run their mean remainders);
+        `residents`: until its own trajectories finish, slowed by the extra ones while they run."""
         own = inst.active
         if not own and (residents or not extra):
             return 0.0
-        trajs = [(rem, ctx, True) for rem, ctx in self._remainders(own, bound)]
+        trajs = [(rem, ctx, True) for rem, ctx in self._remainders(own, bound, mean)]
         for rem, ctx in extra or []:
             trajs.append((rem, ctx, not residents))
         trajs.sort()
         return self.view.cost.drain_s(trajs, self.prog.f[inst.id])
 
-    def _remainders(self, trajs: Iterable[int], bound: bool = False) -> list[tuple[float, float]]:
-        """Each trajectory's cautious remainder (`remaining`) and its context now."""
+    def _remainders(self, trajs: Iterable[int], bound: bool = False, mean: bool = False) -> list[tuple[float, float]]:
+        """Each trajectory's cautious remainder (`remaining`; `mean`: its mean remainder) and its
+        context now."""
         now, prog = self.now, self.prog
         plen = prog.plen
-        return [(self.remaining(t, True, bound), plen[t] + prog.generated(t, now)) for t in trajs]
+        return [(self.remaining(t, not mean, bound), plen[t] + prog.generated(t, now)) for t in trajs]
 
     def _reprefill_s(self, moved: list[int], ctxs: list[float], dst: InstView, residents: int) -> float:
         """Seconds by which `dst`'s decode steps grow to re-prefill the contexts (`ctxs`) of the
