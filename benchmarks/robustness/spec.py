@@ -115,6 +115,7 @@ ABLATIONS: dict[str, list[str]] = {
     "spread_tails_off": ["policy.dora.spread_tails=false"],
     "host_drained_only": ["policy.dora.host_max=1"],  # tails hosted by drained instances only (the rule before host_max)
     "consolidate_off": ["policy.dora.consolidate=false"],
+    "run_length_off": ["policy.dora.run_length=false"],
     "migrate_kv_on": ["policy.dora.migrate_kv=true"],
     "predictor_none": ["policy.dora.predictor=none"],
     "balance_predicted": ["policy.dora.balance=predicted"],

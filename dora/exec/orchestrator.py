@@ -164,7 +164,7 @@ class Orchestrator(Rollout, Training, Recovery, Collective, Body):
         self.kv_migration = all(ray.get([e.kv_migration.remote() for e in self.engines]))
         self.t0 = time.perf_counter()
         self.t0_wall = wall_at(self.t0)
-        self.deliver(E.ClusterStarted(specs, 1, kv_migration=self.kv_migration))
+        self.deliver(E.ClusterStarted(specs, 1, kv_migration=self.kv_migration, steps=self.cfg.steps))
         idle_since = time.perf_counter()
         while self.version < self.cfg.steps:
             self._maybe_kill_instance()

@@ -30,7 +30,8 @@ class ClusterStarted:
     body knows (None: the scheduler's defaults, scaled by what it learns). `kv_migration`: a
     migration can ship the KV cache (False: every Migrate must have kv=False). `lend`: the body
     can lend drained rollout instances to the trainer (`LendInstance`; False: it cannot), whose
-    step model is `train_cost` (None: not given)."""
+    step model is `train_cost` (None: not given). `steps`: the trainer steps the run takes (0: not
+    known; the run is taken to go on)."""
 
     instances: tuple[InstanceSpec, ...]
     trainer_devices: int
@@ -39,6 +40,7 @@ class ClusterStarted:
     kv_migration: bool = True
     lend: bool = False
     train_cost: TrainCost | None = None
+    steps: int = 0
 
 
 @dataclass(slots=True)

@@ -51,6 +51,7 @@ class Policy:
         self.now = 0.0
         self._kv_wanted: set[int] = set()
         self.kv_migration = True  # the body can move a KV cache (ClusterStarted says)
+        self.run_steps = 0  # trainer steps the run takes (ClusterStarted; 0: not known)
         self.can_lend = False  # the body can lend instances to the trainer, and gave its step model
         self.train_cost: TrainCost | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -309,6 +310,7 @@ class Policy:
                                             versions={ev.version}, elastic=spec.elastic)
         v.trainer_devices = ev.trainer_devices
         self.kv_migration = ev.kv_migration
+        self.run_steps = ev.steps
         self.can_lend = ev.lend and ev.train_cost is not None
         self.train_cost = ev.train_cost
         if ev.cost is not None:

@@ -117,6 +117,10 @@ class ClusterView:
         self.accepted_groups = 0  # completed (AReaL's "accepted", cumulative)
         self.cost = DecodeCost()  # the body's decode costs as given in ClusterStarted (else defaults)
 
+    def steps_begun(self) -> int:
+        """Trainer steps trained or training: the trainer's version, plus one while it trains."""
+        return self.trainer_version + 1 if self.trainer_busy else self.trainer_version
+
     # ---- instances ---------------------------------------------------------------------------
     def total_slots(self) -> int:
         return sum(i.max_seqs for i in self.instances.values() if i.alive and not i.elastic)

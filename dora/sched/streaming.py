@@ -64,7 +64,7 @@ class StreamingPolicy(Policy):
         """Most untrained groups allowed now: (i + η + 1)·B minus groups trained or training.
         Read again only after `index_all` (the versions or the trainer's state changed)."""
         v = self.view
-        done = (v.trainer_version + (1 if v.trainer_busy else 0)) * self.B
+        done = v.steps_begun() * self.B
         return (v.latest_version + self.eta + 1) * self.B - done
 
     def predict_group(self, g: GroupView) -> float:
@@ -221,7 +221,7 @@ class StreamingPolicy(Policy):
     def _start_backlog(self) -> None:
         v = self.view
         version = v.latest_version
-        if version + self.eta < v.trainer_version + (1 if v.trainer_busy else 0):
+        if version + self.eta < v.steps_begun():
             return  # (η = 0 while training) a group started now could never be trained within η
         while self.backlog:
             g = self.backlog[0]

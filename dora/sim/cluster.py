@@ -209,7 +209,7 @@ class Cluster(Body):
         el = set(self.spec.elastic)
         specs = tuple(E.InstanceSpec(i.id, i.max_seqs, i.kv_tokens, i.devices, i.id in el) for i in self.instances)
         self.deliver(E.ClusterStarted(specs, self.trainer.devices, cost=self.cost.decode_cost(), lend=self.lendable,
-                                      train_cost=self.cost.train_cost()))
+                                      train_cost=self.cost.train_cost(), steps=self.steps))
         self._schedule_faults()
         if self.imbalance is not None and self.imbalance.active():
             self._redraw_later(self.imbalance.cfg.redraw_s)

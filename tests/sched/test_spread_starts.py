@@ -220,3 +220,27 @@ def test_consolidation_of_a_tool_bound_version_waits_no_longer_than_the_version_
     assert pol._safe_destination(0, src, pol.now + 115.0, tools=True) is v.instances[2]
     pol._repartition_version(0, 1)
     assert pol.prog.where(moved) == 2 and src.loading == 1
+
+
+def test_no_slots_are_needed_for_groups_the_run_never_trains():
+    """B = 1, a group waiting for slots: the newest version needs slots, unless every group the
+    run will still train has them. At trainer version 3 of a 5-step run (not training) the run
+    trains 5 - 3 = 2 more groups; with 2 untrained groups placed and 1 waiting, the waiting one is
+    never trained. In a 6-step run it is the third still to train: slots are needed."""
+    pol = _consolidation_policy()
+    assert pol.run_steps == 0  # ClusterStarted gave no steps: the run is taken to go on
+    pol.backlog.append(pol.view.add_group(1, 9, 10, 0.0))
+    pol.untrained = 3  # two placed, one backlogged
+    assert pol.capacity_needed()
+    pol.run_steps = 5
+    assert not pol.capacity_needed()
+    pol.run_steps = 6
+    assert pol.capacity_needed()
+    pol.run_steps, pol.dc.run_length = 5, False  # the rule off: the waiting group wants slots
+    assert pol.capacity_needed()
+
+
+def test_the_run_length_reaches_the_scheduler():
+    pol = DoraPolicy(build(PolicyConfig, {"batch_size": 1, "group_size": 4, "eta": 1}))
+    pol.handle(E.ClusterStarted((E.InstanceSpec(0, 8, 10**6),), 1, steps=7), 0.0)
+    assert pol.run_steps == 7

@@ -22,7 +22,9 @@ Mechanism (DORA, arXiv 2604.26256; LongCat-Flash-Thinking, arXiv 2509.18883):
 - Consolidation: when groups wait for slots, an old-version instance with at most
   `repartition_load` of its slots busy moves all its trajectories onto the
   busiest same-version peer that can take them while none of them becomes at risk, and
-  loads the newest version (`consolidate`); only while data paces the trainer, or while at
+  loads the newest version (`consolidate`). Slots are needed only for groups the run will
+  train (`run_length`): once those all have slots (the run's last steps), drained instances
+  host tails instead. Consolidation runs only while data paces the trainer, or while at
   least half of the version's running trajectories wait for tool calls (then none may end
   after the version's predicted last finish: a slower decode barely delays a trajectory that
   mostly waits on tools).
@@ -343,7 +345,13 @@ class DoraPolicy(StreamingPolicy):
     def capacity_needed(self, ahead: int = 0) -> bool:
         """Groups the staleness cap admits now (and after `ahead` more trainer steps) would find
         no free slots on the newest version, counting instances already loading it: one more
-        instance serving it would be put to work."""
+        instance serving it would be put to work. Never (`run_length`) when every group the run
+        will still train (its `steps`, where the body gives them) has its slots: a slot freed for
+        a group the run never trains shortens no step."""
+        if self.dc.run_length and self.run_steps > 0:
+            left = (self.run_steps - self.view.steps_begun()) * self.B
+            if self.untrained - len(self.backlog) >= left:
+                return False  # every group the run will still train has its slots
         if self.backlog:
             return True
         cap = self._admit_cap

@@ -18,6 +18,7 @@ class DoraConfig:
     spread_tails: bool = True  # a drained old-version instance hosts an at-risk tail of its version
     host_max: int = 8  # spread_tails: so may one with fewer than this many trajectories (1: drained ones only)
     consolidate: bool = True  # when slots are short, pack old-version instances onto peers (no tail at risk)
+    run_length: bool = True  # no slots wanted for groups the run never trains (its step count, where the body gives it)
     repartition_load: float = 0.5  # consolidate an old-version instance with at most this share of its slots busy
     cohort_check: bool = True  # consolidation's cautious remainders checked against their version's running trajectories
     widen_max: float = 1.0  # consolidation's cautious remainders widened by how far late bets ran short, up to this (1: never, e.g. 1.5)
